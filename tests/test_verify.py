@@ -1,0 +1,42 @@
+"""Chi-squared tests of speculative sampling, each with its negative control.
+Every test rejects at the 0.1% level: with a fixed seed it is deterministic; over random seeds a correct
+sampler would fail it with probability 0.001 (0.003 for the three per-position tests together)."""
+import pytest, torch
+from smallem_spec.verify import pair_test, position_test, e2e_test, verify_sampled, _sampled
+from smallem_spec.spec import DraftProposer
+from smallem_spec.corpus import SmallemError
+
+def test_pairs_article():
+    r = pair_test(200_000, k=2, seed=1)
+    assert round(r['threshold'], 1) == 51.2 and r['df'] == 24
+    assert r['stat'] < r['threshold'], f"chi2 {r['stat']:.1f} >= {r['threshold']:.1f}: not the target's law (false-failure rate 0.1%)"
+    assert r['control_stat'] > 1000, f"negative control (same draws vs q) only {r['control_stat']:.1f}: the test has no power"
+
+@pytest.mark.parametrize('kw', [dict(), dict(adversarial=True, scale=3.0), dict(k=1, temperature=1.3), dict(k=5, V=12)])
+def test_positions(kw):
+    res = position_test(60_000, seed=2, **kw)
+    for r in res:
+        assert r['stat'] < r['threshold'], f"position {r['position']}: chi2 {r['stat']:.1f} >= {r['threshold']:.1f} (false-failure rate 0.3% for 3 tests)"
+
+def test_positions_negative_control():
+    res = position_test(60_000, seed=2, residual=False)
+    assert any(r['stat'] > r['threshold'] for r in res), "the planted bias (correction drawn from p) was not rejected"
+
+def test_degenerate_cases():
+    V, g = 8, torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(16, 4, V, generator=g), -1); d = torch.randint(0, V, (16, 3), generator=g)
+    toks, n = verify_sampled(p, p[:, :3].clone(), d, g)           # p == q: everything accepted, bonus drawn
+    assert (n == 3).all() and (toks >= 0).all()
+    q = p[:, :3].clone(); q[:, 0] = 0; q[torch.arange(16), 0, d[:, 0]] = 1.   # q certain of a token: residual may be p - q
+    toks, n = verify_sampled(p, q, d, g)
+    assert not torch.isnan(toks.float()).any() and (toks[torch.arange(16), n] >= 0).all()
+    for bad, msg in [(p * float('inf'), 'NaN or inf'), (p * 0.5, 'sum to 1'), (-p, 'negative')]:
+        with pytest.raises(SmallemError, match=msg): verify_sampled(bad, p[:, :3], d)
+    with pytest.raises(SmallemError, match='does not match'): verify_sampled(p, p[:, :2], d)
+
+def test_end_to_end_draft2(cpu_models, prompts):
+    t, d2 = cpu_models['target'], cpu_models['draft2']
+    r = e2e_test(t, lambda: DraftProposer(d2), prompts[0], 4000, seed=3)
+    assert r['stat'] < r['threshold'], f"speculative vs plain: chi2 {r['stat']:.1f} >= {r['threshold']:.1f} (false-failure rate 0.2%)"
+    r = e2e_test(t, lambda: DraftProposer(d2), prompts[0], 4000, seed=3, mode='draft')
+    assert r['stat'] > r['threshold'], "negative control (plain draft2 vs target) not rejected"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Set up .venv for smallem_spec on a fresh machine. `tools/setup.sh dev` adds the development tools (nbdev, pytest, Jupyter).
+# CPU machine: installs the CPU build torch==2.13.0 (never a multi-GB CUDA build).
+# GPU machine: keeps the CUDA torch that is already installed (the venv sees it through --system-site-packages).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  if $PY -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    echo "setup: keeping the installed CUDA torch ($($PY -c 'import torch; print(torch.__version__)'))"
+    $PY -m venv --system-site-packages .venv
+  else
+    $PY -m venv .venv
+  fi
+fi
+. .venv/bin/activate
+if ! python -c "import torch" 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    pip install -q torch                       # a GPU machine without torch: the default (CUDA) build
+  else
+    pip install -q torch==2.13.0               # the CPU build (a wheel on disk on the project's machines)
+  fi
+fi
+if [ "${1:-}" = dev ]; then pip install -q -e ".[dev]"; else pip install -q -e .; fi
+python -c "import torch, smallem_spec; print(f'setup: smallem_spec {smallem_spec.__version__}, torch {torch.__version__}, cuda {torch.cuda.is_available()}')"

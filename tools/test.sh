@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The test command: notebooks and library in sync, notebook tests, then pytest (its summary line ends the output).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. .venv/bin/activate
+export SMALLEM_HOME=${SMALLEM_HOME:-$PWD/.smallem_home}
+fail() { echo "test.sh: $1" >&2; exit 1; }
+nbdev_clean
+git diff --quiet -- nbs || { git diff --stat -- nbs; fail "nbdev_clean changed the notebooks: run nbdev_clean and commit"; }
+nbdev_export
+git diff --quiet -- smallem_spec || { git diff --stat -- smallem_spec; fail "smallem_spec/ differs from the notebooks: run nbdev_export and commit"; }
+[ -z "$(git status --porcelain -- smallem_spec nbs)" ] || { git status --short -- smallem_spec nbs; fail "untracked or changed files after nbdev_export"; }
+python tools/readme.py --check || fail "README.md is not generated from nbs/index.ipynb: run python tools/readme.py"
+start=$(date +%s)
+nbdev_test --n_workers 2 --timing
+echo "nbdev_test: $(( $(date +%s) - start )) s"
+python -m pytest tests -q -p no:cacheprovider "$@"
