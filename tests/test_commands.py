@@ -2,7 +2,7 @@
 import subprocess, sys, shutil
 import pytest
 
-COMMANDS = ['smallem_train', 'smallem_generate', 'smallem_exactness']
+COMMANDS = ['smallem_train', 'smallem_generate', 'smallem_exactness', 'smallem_bench', 'smallem_export_hf']
 
 def run(*args, timeout=600):
     return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
@@ -21,6 +21,12 @@ def test_help(cmd):
     ('smallem_generate', ['--temperature', 'abc'], 'invalid float value'),
     ('smallem_exactness', ['--pairs', '3'], 'too small'),
     ('smallem_exactness', ['--proposer', 'oracle', '--pairs', '1000', '--positions', '1000'], 'unknown proposer'),
+    ('smallem_bench', ['--proposers', 'oracle'], 'unknown proposer'),
+    ('smallem_bench', ['--k', 'two'], 'invalid k'),
+    ('smallem_bench', ['--k', '0'], 'bad k'),
+    ('smallem_bench', ['--temperature', '-1'], 'temperature'),
+    ('smallem_bench', ['--batch', '0'], 'must be >= 1'),
+    ('smallem_bench', ['--preset', 'huge'], 'unknown preset'),
 ])
 def test_bad_flags(cmd, args, msg):
     r = run(cmd, *args)
@@ -34,7 +40,20 @@ def test_generate_runs():
     assert 'tokens/s' in r.stdout
 
 def test_exactness_command():
-    r = run('smallem_exactness', '--preset', 'cpu', '--pairs', '50000', '--positions', '30000', '--e2e', '2000')
+    r = run('smallem_exactness', '--pairs', '50000', '--positions', '30000', '--e2e', '0')   # e2e: tests/test_verify.py
     assert r.returncode == 0, r.stdout + r.stderr
     assert 'verdicts as expected' in r.stdout and 'REJECT' in r.stdout   # the controls are rejected
     print(r.stdout)
+
+def test_bench_small(tmp_path):
+    j, png = tmp_path/'b.json', tmp_path/'b.png'
+    r = run('smallem_bench', '--preset', 'cpu', '--prompts', '2', '--new-tokens', '12', '--k', '1,2,adaptive', '--proposers', 'draft2,mtp,ngram',
+            '--temperature', '0,1', '--batch', '1,2', '--json', str(j), '--plot', str(png))
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+    rows = json.loads(j.read_text())
+    keys = {'proposer', 'k', 'temperature', 'batch', 'tokens_per_s', 'speedup', 'alpha_per_position', 'tokens_per_round', 'predicted_speedup', 'identical'}
+    assert all(keys <= set(r) for r in rows)
+    assert len(rows) == 2 * 2 * (1 + 3 * 3), len(rows)
+    assert all(r['identical'] for r in rows if r['temperature'] == 0 and r['proposer'] != 'none'), "a greedy row differs from the target alone"
+    assert png.stat().st_size > 10_000

@@ -21,5 +21,13 @@ if ! python -c "import torch" 2>/dev/null; then
     pip install -q torch==2.13.0               # the CPU build (a wheel on disk on the project's machines)
   fi
 fi
-if [ "${1:-}" = dev ]; then pip install -q -e ".[dev]"; else pip install -q -e .; fi
+if [ "${1:-}" = dev ]; then
+  pip install -q -e ".[dev]"
+  # the docs' browser test needs Chromium (Debian's package)
+  if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || echo "setup: could not install chromium; the browser tests will be skipped"
+  fi
+else
+  pip install -q -e .
+fi
 python -c "import torch, smallem_spec; print(f'setup: smallem_spec {smallem_spec.__version__}, torch {torch.__version__}, cuda {torch.cuda.is_available()}')"
