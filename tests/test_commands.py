@@ -2,7 +2,7 @@
 import subprocess, sys, shutil
 import pytest
 
-COMMANDS = ['smallem_train', 'smallem_generate', 'smallem_exactness', 'smallem_bench', 'smallem_export_hf']
+COMMANDS = ['smallem_train', 'smallem_generate', 'smallem_exactness', 'smallem_bench', 'smallem_export_hf', 'smallem_kernels']
 
 def run(*args, timeout=600):
     return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
@@ -27,6 +27,8 @@ def test_help(cmd):
     ('smallem_bench', ['--temperature', '-1'], 'temperature'),
     ('smallem_bench', ['--batch', '0'], 'must be >= 1'),
     ('smallem_bench', ['--preset', 'huge'], 'unknown preset'),
+    ('smallem_kernels', ['--reps', '1'], 'need --reps'),
+    ('smallem_kernels', ['--preset', 'huge'], 'unknown preset'),
 ])
 def test_bad_flags(cmd, args, msg):
     r = run(cmd, *args)
@@ -54,6 +56,18 @@ def test_bench_small(tmp_path):
     rows = json.loads(j.read_text())
     keys = {'proposer', 'k', 'temperature', 'batch', 'tokens_per_s', 'speedup', 'alpha_per_position', 'tokens_per_round', 'predicted_speedup', 'identical'}
     assert all(keys <= set(r) for r in rows)
-    assert len(rows) == 2 * 2 * (1 + 3 * 3), len(rows)
-    assert all(r['identical'] for r in rows if r['temperature'] == 0 and r['proposer'] != 'none'), "a greedy row differs from the target alone"
+    assert len(rows) == 2 * 2 * (2 + 3 * 3), len(rows)     # target alone on the fast path and on the reference code, 9 speculative rows
+    assert all(r['identical'] for r in rows if r['temperature'] == 0 and not r['proposer'].startswith('none')), "a greedy row differs from the target alone"
+    assert {r['path'] for r in rows if r['proposer'] == 'none (reference)'} == {'reference'} and {r['path'] for r in rows if r['proposer'] == 'mtp'} == {'fast'}
     assert png.stat().st_size > 10_000
+
+def test_kernels_command(tmp_path):
+    j = tmp_path/'k.json'
+    r = run('smallem_kernels', '--preset', 'cpu', '--reps', '5', '--mb', '128', '--json', str(j))
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+    res = json.loads(j.read_text())
+    t = res['models']['target']
+    assert set(res['models']) == {'target', 'draft2', 'draft4'} and res['machine']['bandwidth_gbs'] > 0
+    assert t['fast']['t_ms']['1'] > 0 and t['floor_ms']['1'] > 0 and set(t['fast']['v']) == {str(k) for k in range(8)}
+    assert 'read bandwidth' in r.stdout and 'target' in r.stdout

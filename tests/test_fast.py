@@ -1,0 +1,79 @@
+"""The fast path computes the reference model's function: logits, caches, greedy identity for every proposer,
+the graph bookkeeping (emulated on the CPU), and the end-to-end sampling test with its negative control."""
+import pytest, torch
+from smallem_spec.fast import FastSmallem, FastKVCache
+from smallem_spec.generate import generate
+from smallem_spec.spec import speculative_generate, DraftProposer
+from smallem_spec.mtp import MTPProposer
+from smallem_spec.proposers import ngram_for
+from smallem_spec.verify import e2e_test
+from smallem_spec.corpus import SmallemError
+
+@pytest.fixture(scope='module')
+def fast(cpu_models):
+    return {n: FastSmallem(m) for n, m in cpu_models.items()}
+
+@pytest.mark.parametrize('kw', [dict(), dict(page_size=16), dict(script=False), dict(graphs='emulate')])
+def test_logits_match_reference(cpu_models, kw):
+    t = cpu_models['target']; f = FastSmallem(t, **kw)
+    x = torch.randint(1, t.cfg.vocab_size, (3, 50), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        ref, ref_h = t(x, return_hidden=True)
+        c = f.new_cache(capacity=[50] * 3); s = [c.new_seq() for _ in range(3)]
+        n = [30, 20, 25]
+        a = f(x[:, :30], c, s, n_new=n)
+        for step in range(4):   # one token at a time, ragged rows: the decode shapes
+            b = f(torch.stack([x[i, m + step:m + step + 1] for i, m in enumerate(n)]), c, s)
+            for i, m in enumerate(n): assert (b[i, 0] - ref[i, m + step]).abs().max() < 1e-4, f"{kw}: row {i} step {step}"
+        for i, m in enumerate(n): assert (a[i, :m] - ref[i, :m]).abs().max() < 1e-4, f"{kw}: prefill row {i}"
+        c.check()
+        lr, sr = t.mtp_forward(ref_h[:, :-1], x[:, 1:]); lf, sf = f.mtp_forward(ref_h[:, :-1], x[:, 1:])
+        assert (lf - lr).abs().max() < 1e-4 and (sf - sr).abs().max() < 1e-4, f"{kw}: MTP module differs"
+
+def test_graph_pool_is_shared_one_cache_at_a_time(cpu_models):
+    f = FastSmallem(cpu_models['target'], graphs='emulate')
+    a = f.new_cache(capacity=[100]); sa = a.new_seq(); a.append([sa], [3])
+    b = f.new_cache(capacity=[100])                       # a still holds a sequence: b must not share its storage
+    assert a.pool is not None and b.pool is None
+    a.free(sa)
+    c = f.new_cache(capacity=[100, 100])                  # a is empty now: c takes the pool (grown to two pages)
+    assert c.pool is not None and c.pool.shape[1] >= 3 * f.cfg.max_seq_len
+
+@pytest.mark.parametrize('B', [1, 8])
+def test_greedy_identity_fast_path(cpu_models, fast, prompts, B):
+    "8 prompts x 200 tokens: fast plain == reference plain, and every proposer on the fast path == fast plain (k = 1..3)."
+    t = fast['target']
+    chunks = [prompts[i:i + B] for i in range(0, len(prompts), B)]
+    plain = [o for ch in chunks for o in generate(t, ch, 200)]
+    assert plain == [o for ch in chunks for o in generate(cpu_models['target'], ch, 200)], "fast and reference greedy texts differ"
+    makers = {'draft2': lambda: DraftProposer(fast['draft2']), 'draft4': lambda: DraftProposer(fast['draft4']),
+              'mtp': lambda: MTPProposer(t), 'ngram': lambda: ngram_for(t)}
+    for name, mk in makers.items():
+        for k in (1, 2, 3):
+            out = [o for ch in chunks for o in speculative_generate(t, mk(), ch, 200, k)[0]]
+            assert out == plain, f"{name}, k={k}, B={B}: differs from plain greedy on the fast path"
+
+def test_graphs_emulated_greedy_identity(cpu_models, prompts):
+    "The static-shape path the CUDA graphs replay (padded context, pooled cache) gives the same greedy texts."
+    g = FastSmallem(cpu_models['target'], graphs='emulate')
+    plain = generate(cpu_models['target'], prompts[:4], 60)
+    assert generate(g, prompts[:4], 60) == plain
+    assert speculative_generate(g, MTPProposer(g), prompts[:4], 60, 2)[0] == plain
+    assert len(g._graphs) >= 2, "no graph shapes were recorded"
+
+def test_end_to_end_sampling_fast_path(fast, prompts):
+    "Tokens 2-3 of 4000 continuations, plain vs speculative (MTP, fast path): chi-squared at 0.1% (false-failure rate 0.2%)."
+    t = fast['target']
+    r = e2e_test(t, lambda: MTPProposer(t), prompts[0], 4000, seed=4)
+    assert r['stat'] < r['threshold'], f"speculative vs plain: chi2 {r['stat']:.1f} >= {r['threshold']:.1f}"
+    r = e2e_test(t, lambda: MTPProposer(t), prompts[0], 4000, seed=4, mode='accept')
+    assert r['stat'] > r['threshold'], "negative control (every proposal accepted) not rejected"
+
+def test_bad_inputs(cpu_models):
+    f = FastSmallem(cpu_models['target'])
+    with pytest.raises(SmallemError, match='exceed the context'): f(torch.ones(1, 300, dtype=torch.long))
+    with pytest.raises(SmallemError, match='does not divide'): FastSmallem(cpu_models['target'], page_size=100)
+    with pytest.raises(SmallemError, match='no MTP module'): FastSmallem(cpu_models['draft2']).mtp_forward(torch.zeros(1, 1, 192), torch.ones(1, 1, dtype=torch.long))
+    c = f.new_cache(capacity=[256]); s = c.new_seq(); f(torch.ones(1, 200, dtype=torch.long), c, [s])
+    with pytest.raises(SmallemError, match='past the context'): f(torch.ones(1, 100, dtype=torch.long), c, [s])
+    assert c.length(s) == 200, "a refused pass changed the cache"
