@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_cost_model.ipynb #a0a42585
 from __future__ import annotations
-import math
+import math, time
 import torch
 from .corpus import SmallemError
 
@@ -44,6 +44,7 @@ def alpha_for(tokens_per_round:float, k:int) -> float:
 # %% ../nbs/09_cost_model.ipynb #769d8a79
 def measure_v(model, kmax:int=8, context:int=200, reps:int=30) -> dict:
     "v(k) = t(k+1) / t(1) for k = 0..kmax, measured on the model's device; also returns t(1) in seconds."
+    from smallem_spec.generate import pass_times
     t = pass_times(model, tuple(range(1, kmax + 2)), context, reps)
     return {'t1': t[1], 'v': {k: t[k + 1] / t[1] for k in range(kmax + 1)}}
 
@@ -57,12 +58,17 @@ def best_k(alphas:list[float], c:float, v, h:float=0.0) -> tuple[int, float]:
 
 # %% ../nbs/09_cost_model.ipynb #98b9bead
 class AdaptiveK:
-    "Pick k each round from decayed per-position acceptance counts and the cost model."
-    def __init__(self, kmax:int, c:float, v, h:float=0.0, decay:float=0.957, prior:float=2.0, k0:int=2):
+    "Pick k each round (0: a plain step) from decayed per-position acceptance and the cost of a round as timed in the loop."
+    def __init__(self, kmax:int, c:float, v, h:float=0.0, decay:float=0.957, prior:float=2.0, k0:int=2,
+                 timed:bool=True,          # learn the per-round overhead h from the loop's own clock
+                 probe_every:int=16,       # while plain steps are predicted faster, speculate once every this many rounds
+                 plain_every:int=64):      # re-time a plain step this often
         if kmax < 1: raise SmallemError(f"kmax must be >= 1 (got {kmax})")
         self.kmax, self.c, self.v, self.h, self.decay, self.prior = kmax, c, v, h, decay, prior
         self.acc, self.seen = [0.0] * kmax, [0.0] * kmax
         self.k = min(k0, kmax)
+        self.timed, self.probe_every, self.plain_every = timed, probe_every, plain_every
+        self.t_plain, self.rounds, self.idle, self._t0 = None, 0, 0, None
     def alphas(self):
         "Per-position estimates, each shrunk toward the one before it (the first toward 1/2)."
         out, prev = [], 0.5
@@ -70,16 +76,31 @@ class AdaptiveK:
             prev = (a + self.prior * prev) / (s + self.prior); out.append(prev)
         return out
     def choose(self) -> int:
-        self.k = best_k(self.alphas(), self.c, self.v, self.h)[0]
-        return self.k
+        "The k of the next round: the best predicted, or 0 when no k is predicted to beat a plain step (probing now and then)."
+        self.rounds += 1
+        if self.timed and (self.t_plain is None or self.rounds % self.plain_every == 0): k = 0
+        else:
+            k, s = best_k(self.alphas(), self.c, self.v, self.h)
+            if s < 1.0:
+                self.idle += 1
+                if self.idle % self.probe_every: k = 0
+            else: self.idle = 0
+        self.k, self._t0 = k, time.perf_counter()
+        return k
     def update(self, k:int, n_accepted:list[int], ks:list[int]):
-        "Count, for each row, the positions it reached and which of them were accepted."
+        "Time the round; count, for each row, the positions it reached and which of them were accepted."
+        dt = time.perf_counter() - self._t0 if (self.timed and self._t0 is not None) else None
+        if k == 0:       # a plain step: it times the unit every cost is priced in, and teaches nothing about acceptance
+            if dt is not None: self.t_plain = dt if self.t_plain is None else 0.75 * self.t_plain + 0.25 * dt
+            return
+        if dt is not None and self.t_plain:   # what the round cost beyond its passes, in plain steps
+            self.h = 0.8 * self.h + 0.2 * max(0.0, dt / self.t_plain - round_cost(k, self.c, self.v))
         self.acc = [a * self.decay for a in self.acc]; self.seen = [s * self.decay for s in self.seen]
         for n, kb in zip(n_accepted, ks):
             for j in range(min(n + 1, kb)):
                 self.seen[j] += 1
                 if j < n: self.acc[j] += 1
-    def __repr__(self): return f"AdaptiveK(kmax={self.kmax}, c={self.c:.2f}, k={self.k})"
+    def __repr__(self): return f"AdaptiveK(kmax={self.kmax}, c={self.c:.2f}, h={self.h:.2f}, k={self.k})"
 
 # %% ../nbs/09_cost_model.ipynb #14d231eb
 class HeuristicK:

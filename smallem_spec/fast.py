@@ -12,6 +12,8 @@ from .corpus import SmallemError, preset_name
 from .cache import PagedKVCache
 from .model import Smallem
 from .generate import pass_times
+from .fused import FusedPass, fused_fits, load_kernel, cpu_info
+
 
 # %% auto #0
 __all__ = ['machine_rates', 'FastKVCache', 'scripted_blocks', 'FastSmallem', 'count_ops', 'step_times', 'kernel_bench',
@@ -89,8 +91,9 @@ def _interleave(H:int, hd:int) -> torch.Tensor:
     return torch.cat([h * hd + torch.stack([half, half + hd // 2], 1).reshape(-1) for h in range(H)])
 
 class FastSmallem:
-    "Inference-only twin of a Smallem: folded norms, pre-transposed weights, scripted blocks, one page per sequence."
-    def __init__(self, model:Smallem, script:bool=True, page_size:int|None=None, graphs:bool|str|None=None):
+    "Inference-only twin of a Smallem: folded norms, pre-transposed weights, scripted blocks (or the fused CPU kernel), one page per sequence."
+    def __init__(self, model:Smallem, script:bool=True, page_size:int|None=None, graphs:bool|str|None=None,
+                 kernel:str|None=None):   # 'fused' (CPU, the default where it builds), 'script' or 'eager'; None: the best available
         c = self.cfg = model.cfg; self.model = model
         self.manifest = getattr(model, 'manifest', None)
         D, H, hd = c.dim, c.n_heads, c.head_dim
@@ -120,13 +123,25 @@ class FastSmallem:
                 self.mtp = dict(Ph=normed(P[:, :D].t(), m.norm_h.weight.detach()), Pe=normed(P[:, D:].t(), m.norm_e.weight.detach()),
                                 W=block(m.block), headT=normed(E.t(), m.norm.weight.detach()))
         self.blocks = scripted_blocks() if script else _blocks
+        self.kernel = self._choose_kernel(kernel, script, graphs, dev, dt)
+        self.fused = FusedPass(model, perm) if self.kernel == 'fused' else None
         self.page_size = page_size or c.max_seq_len
         self.graphs = (model.device.type == 'cuda') if graphs is None else graphs   # 'emulate': the graph bookkeeping without capture (tests)
         if self.graphs and self.page_size != c.max_seq_len: raise SmallemError("captured graphs need one page per sequence")
         self._pools, self._graphs, self._live = {}, {}, {}
         if c.max_seq_len % self.page_size: raise SmallemError(f"page size {self.page_size} does not divide the context {c.max_seq_len}")
 
-    def __repr__(self): return f"FastSmallem({self.model!r})"
+    def _choose_kernel(self, kernel, script, graphs, dev, dt):
+        fits = dev.type == 'cpu' and dt == torch.float32 and fused_fits(self.cfg) and not graphs
+        if kernel is None: return 'fused' if fits and script and load_kernel() else ('script' if script else 'eager')
+        if kernel not in ('fused', 'script', 'eager'): raise SmallemError(f"kernel must be 'fused', 'script' or 'eager' (got {kernel!r})")
+        if kernel == 'fused':
+            if not fits: raise SmallemError("the fused kernel runs fp32 models on a CPU, without graphs, with widths in multiples of 32")
+            load_kernel(required=True)
+        if kernel != 'fused': self.blocks = scripted_blocks() if kernel == 'script' else _blocks
+        return kernel
+
+    def __repr__(self): return f"FastSmallem({self.model!r}, kernel={self.kernel!r})"
     training = False                      # inference only; `eval`/`train` exist so evaluation code takes it
     def eval(self): return self
     def train(self, mode:bool=True): return self
@@ -136,6 +151,9 @@ class FastSmallem:
     def weight_bytes(self, mtp:bool=False) -> int:
         "Bytes of the weights one pass reads (blocks and head; the embedding is read a row per token)."
         ws = self.W + [self.headT] if not mtp else self.mtp['W'] + [self.mtp['Ph'], self.mtp['Pe'], self.mtp['headT']]
+        if self.fused is not None:
+            f = self.fused.main if not mtp else self.fused.mtp
+            ws = f['W'] + [f['head']] + ([f['Ph'], f['Pe']] if mtp else [])
         return sum(w.numel() * w.element_size() for w in ws)
 
     def new_cache(self, batch:int=1, page_size:int|None=None, n_pages:int|None=None, mtp:bool=False, capacity:list[int]|None=None):
@@ -230,14 +248,19 @@ class FastSmallem:
         return out[0].clone(), out[1].clone()
 
     def _dispatch(self, kind, cache, sids, n_new, T, B, args):
+        if self.fused is not None:                 # one C call runs the pass; the cache's pages are appended first
+            starts = [cache.lens[cache._sid(s)] for s in sids]
+            cache.append(sids, n_new)
+            return self.fused(cache, sids, starts, n_new, args['tokens'], B, T, args.get('h'))
         graphed = bool(self.graphs) and cache.pool is not None and T <= 8
         plan = self._plan(cache, sids, n_new, T, static=graphed)
         if graphed: return self._replay(kind, cache, args, plan, B, T)
         return self._main(args['tokens'], cache.kv, plan, B, T) if kind == 'main' else self._mtp(args['h'], args['tokens'], cache.kv, plan, B, T)
 
-    @torch.inference_mode()
     def __call__(self, tokens:torch.Tensor, cache=None, sids=None, n_new=None, return_hidden:bool=False, static:bool=False):
         "Same contract as `Smallem.forward`: logits [B, T, V] (and hidden [B, T, D]); with a cache, appends the tokens."
+        if not torch.is_inference_mode_enabled():   # entering inference mode costs microseconds: only when not already in it
+            with torch.inference_mode(): return self(tokens, cache, sids, n_new, return_hidden, static)
         B, T = tokens.shape
         if T > self.cfg.max_seq_len: raise SmallemError(f"{T} tokens exceed the context of {self.cfg.max_seq_len}")
         own = cache is None
@@ -251,9 +274,10 @@ class FastSmallem:
         return (logits, hid) if return_hidden else logits
     forward = __call__
 
-    @torch.inference_mode()
     def mtp_forward(self, h, next_tokens, cache=None, sids=None, n_new=None, static:bool=False):
         "Same contract as `Smallem.mtp_forward`: logits of token i+2 [B, T, V], module state [B, T, D]."
+        if not torch.is_inference_mode_enabled():
+            with torch.inference_mode(): return self.mtp_forward(h, next_tokens, cache, sids, n_new, static)
         if self.mtp is None: raise SmallemError("this model has no MTP module")
         B, T = next_tokens.shape
         own = cache is None
@@ -295,32 +319,38 @@ def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:in
     preset = preset_name(preset)
     rates = machine_rates(mb, device=default_device())
     out = {'preset': preset, 'threads': torch.get_num_threads(), 'torch': torch.__version__, 'context': 200, 'device': default_device(),
-           'machine': {k: round(v, 2) for k, v in rates.items()}, 'models': {}}
+           'cpu': cpu_info(), 'machine': {k: round(v, 2) for k, v in rates.items()}, 'models': {}}
     for name in models:
         ref = load_or_train(preset, name, progress=progress); fast = FastSmallem(ref)
-        nbytes = fast.weight_bytes(); params = nbytes / 4
-        floor = {T: max(nbytes / (rates['bandwidth_gbs'] * 1e9), 2 * T * params / (rates['matmul_gflops'] * 1e9)) for T in Ts}
-        t = step_times({'fast': fast, 'reference': ref}, Ts, reps=reps, rounds=2)
-        row = {'weight_mb': round(nbytes / 2**20, 2), 'floor_ms': {T: round(f * 1e3, 3) for T, f in floor.items()}}
-        for path in ('fast', 'reference'):
+        paths = {'fast': fast, 'script': FastSmallem(ref, kernel='script'), 'reference': ref}
+        if fast.kernel == 'script': del paths['script']
+        nbytes = fast.weight_bytes(); flops = 2 * nbytes / 4
+        fl = lambda bw: {T: max(nbytes / (bw * 1e9), T * flops / (rates['matmul_gflops'] * 1e9)) for T in Ts}
+        floor, dram = fl(rates['bandwidth_model_size_gbs']), fl(rates['bandwidth_gbs'])
+        t = step_times(paths, Ts, reps=reps, rounds=2)
+        row = {'weight_mb': round(nbytes / 2**20, 2), 'fast_kernel': fast.kernel,
+               'floor_ms': {T: round(f * 1e3, 3) for T, f in floor.items()}, 'dram_floor_ms': {T: round(f * 1e3, 3) for T, f in dram.items()}}
+        for path in paths:
             row[path] = {'t_ms': {T: round(x * 1e3, 3) for T, x in t[path].items()},
                          'v': {T - 1: round(x / t[path][1], 3) for T, x in t[path].items()},
-                         't1_over_floor': round(t[path][1] / floor[1], 2)}
+                         't1_over_floor': round(t[path][1] / floor[1], 2), 't1_over_dram_floor': round(t[path][1] / dram[1], 2)}
         out['models'][name] = row
     return out
 
 def format_kernels(res:dict) -> str:
     "The kernel benchmark as a table."
     m = res['machine']
-    lines = [f"{res['preset']} preset, {res['threads']} threads, torch {res['torch']}; {res['context']} tokens cached",
-             f"read bandwidth {m['bandwidth_gbs']:.1f} GB/s (large matrix), {m['bandwidth_model_size_gbs']:.1f} GB/s (model-sized); "
+    cpu = res.get('cpu', {})
+    lines = [f"{cpu.get('model', 'unknown processor')}; {res['preset']} preset, {res['threads']} threads, torch {res['torch']}; {res['context']} tokens cached",
+             f"read bandwidth {m['bandwidth_gbs']:.1f} GB/s (large matrix: DRAM floor), {m['bandwidth_model_size_gbs']:.1f} GB/s (model-sized: floor); "
              f"fp32 products {m['matmul_gflops']:.1f} GFLOP/s",
-             f"{'model':8s} {'path':9s} {'MB':>6s} {'floor':>6s} {'t(1)':>6s} {'/floor':>6s} " + ' '.join(f'v({k})'.rjust(5) for k in range(1, 8))]
+             f"{'model':8s} {'path':9s} {'MB':>6s} {'floor':>6s} {'DRAM':>6s} {'t(1)':>6s} {'/floor':>6s} " + ' '.join(f'v({k})'.rjust(5) for k in range(1, 8))]
     for name, r in res['models'].items():
-        for path in ('fast', 'reference'):
-            p = r[path]
-            lines.append(f"{name:8s} {path:9s} {r['weight_mb']:6.1f} {r['floor_ms'][1]:6.2f} {p['t_ms'][1]:6.2f} {p['t1_over_floor']:6.2f} "
-                         + ' '.join(f"{p['v'].get(k, float('nan')):5.2f}" for k in range(1, 8)))
+        for path in ('fast', 'script', 'reference'):
+            if path not in r: continue
+            p, label = r[path], (f"fast:{r['fast_kernel']}" if path == 'fast' and 'fast_kernel' in r else path)
+            lines.append(f"{name:8s} {label:9s} {r['weight_mb']:6.1f} {r['floor_ms'][1]:6.2f} {r.get('dram_floor_ms', r['floor_ms'])[1]:6.2f} "
+                         f"{p['t_ms'][1]:6.2f} {p['t1_over_floor']:6.2f} " + ' '.join(f"{p['v'].get(k, float('nan')):5.2f}" for k in range(1, 8)))
     return '\n'.join(lines)
 
 def kernels_cli(argv=None):
@@ -329,9 +359,12 @@ def kernels_cli(argv=None):
     p.add_argument('--preset', default=None, help='tiny, cpu or article (default: $SMALLEM_PRESET, else by device)')
     p.add_argument('--reps', type=int, default=40, help='passes per median')
     p.add_argument('--mb', type=int, default=1024, help='MiB of the matrix that measures the bandwidth')
-    p.add_argument('--json', default=None, help='write the result here')
+    p.add_argument('--json', default=None, help='write the result here (it names the processor)')
     a = p.parse_args(argv)
     if a.reps < 3 or a.mb < 64: p.exit(2, "smallem_kernels: error: need --reps >= 3 and --mb >= 64\n")
+    if a.json:
+        try: open(a.json, 'a').close()
+        except OSError as e: p.exit(2, f"smallem_kernels: error: cannot write --json {a.json}: {e.strerror}\n")
     try: res = kernel_bench(a.preset, reps=a.reps, mb=a.mb)
     except SmallemError as e: p.exit(2, f"smallem_kernels: error: {e}\n")
     print(format_kernels(res))

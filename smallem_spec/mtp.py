@@ -6,7 +6,7 @@
 from __future__ import annotations
 import torch
 from .corpus import SmallemError
-from .generate import probs_at, sample_probs
+from .generate import argmax, probs_at, sample_probs
 from .spec import Proposer
 
 # %% auto #0
@@ -35,19 +35,25 @@ class MTPProposer(Proposer):
         sids = [self.sids[r] for r in rows]
         n_new = [len(self.nxt[r]) if k > 0 else 0 for r, k in zip(rows, ks)]
         W = max(n_new); D = t.cfg.dim
-        h = torch.zeros(len(rows), W, D, device=dev, dtype=self.h[rows[0]].dtype)
-        x = torch.zeros(len(rows), W, dtype=torch.long, device=dev)
-        for i, (r, n) in enumerate(zip(rows, n_new)):
-            if n: h[i, :n] = self.h[r][-n:]; x[i, :n] = torch.tensor(self.nxt[r][-n:], device=dev)
+        if len(rows) == 1 and W:                  # one row: its pending states as they are, nothing padded
+            h, x = self.h[rows[0]][-W:][None], torch.tensor([self.nxt[rows[0]][-W:]], device=dev)
+        else:
+            h = torch.zeros(len(rows), W, D, device=dev, dtype=self.h[rows[0]].dtype)
+            x = torch.zeros(len(rows), W, dtype=torch.long, device=dev)
+            for i, (r, n) in enumerate(zip(rows, n_new)):
+                if n: h[i, :n] = self.h[r][-n:]; x[i, :n] = torch.tensor(self.nxt[r][-n:], device=dev)
         logits, state = t.mtp_forward(h, x, self.cache, sids, n_new)
         for r, n in zip(rows, n_new):
             if n: self.h[r], self.nxt[r] = self.h[r][:0], []                   # consumed
         self.true_len = {r: self.cache.length(s) for r, s in zip(rows, sids)}
-        ar = torch.arange(len(rows), device=dev); last = torch.tensor([max(n - 1, 0) for n in n_new], device=dev)
-        lg, st = logits[ar, last], state[ar, last]                              # [A, V], [A, D]
+        last = [max(n - 1, 0) for n in n_new]
+        if len(set(last)) == 1: lg, st = logits[:, last[0]], state[:, last[0]]  # [A, V], [A, D]
+        else:
+            ar, lt = torch.arange(len(rows), device=dev), torch.tensor(last, device=dev)
+            lg, st = logits[ar, lt], state[ar, lt]
         toks, qs = [], []
         for i in range(K):
-            if temperature == 0: d = lg.argmax(-1)
+            if temperature == 0: d = argmax(lg)
             else: q = probs_at(lg, temperature); d = sample_probs(q, generator); qs.append(q)
             toks.append(d)
             if i < K - 1:   # chain: the module's own state stands in for h, its guess for the next token

@@ -8,7 +8,8 @@ import time
 import torch
 from .corpus import SmallemError
 from .model import Smallem
-from .generate import check_prompts, check_temperature, next_token, probs_at, prefill, sample_probs
+import numpy as np
+from .generate import argmax, check_prompts, check_temperature, next_token, probs_at, prefill, sample_probs
 
 # %% auto #0
 __all__ = ['check_verify_shapes', 'verify_greedy', 'Proposer', 'DraftProposer', 'check_proposer', 'speculative_generate',
@@ -20,6 +21,7 @@ def _greedy(target_logits:torch.Tensor,   # [B, k+1, V]
             n_proposed:torch.Tensor|None=None):  # [B] proposals that count per row (default k)
     "Greedy decision; returns (tokens [B, k+1] padded with -1, n_accepted [B])."
     B, k = draft_tokens.shape
+    if target_logits.device.type == 'cpu': return _greedy_host(target_logits, draft_tokens, n_proposed)
     best = target_logits.argmax(-1)                                       # [B, k+1]
     ok = draft_tokens == best[:, :k]                                      # [B, k]
     if n_proposed is not None: ok &= torch.arange(k, device=ok.device) < n_proposed[:, None]
@@ -28,6 +30,18 @@ def _greedy(target_logits:torch.Tensor,   # [B, k+1, V]
     padded = torch.cat([draft_tokens, draft_tokens.new_full((B, 1), -1)], 1)
     tokens = torch.where(idx < n[:, None], padded, torch.where(idx == n[:, None], best, -1))
     return tokens, n
+
+def _greedy_host(target_logits, draft_tokens, n_proposed=None):
+    "The same decision in NumPy: on a CPU a handful of tiny torch operations cost more than the decision itself."
+    B, k = draft_tokens.shape
+    best = argmax(target_logits).numpy(); d = draft_tokens.numpy()
+    ok = d == best[:, :k]
+    if n_proposed is not None: ok &= np.arange(k) < n_proposed.numpy()[:, None]
+    n = ok.cumprod(-1).sum(-1)
+    idx = np.arange(k + 1)[None]
+    padded = np.concatenate([d, np.full((B, 1), -1, dtype=d.dtype)], 1)
+    tokens = np.where(idx < n[:, None], padded, np.where(idx == n[:, None], best, -1))
+    return torch.from_numpy(tokens.astype(np.int64)), torch.from_numpy(n.astype(np.int64))
 
 # %% ../nbs/05_greedy.ipynb #0b02afed
 def check_verify_shapes(target:torch.Tensor, draft_tokens:torch.Tensor, draft_probs:torch.Tensor|None=None):
@@ -84,7 +98,7 @@ class DraftProposer(Proposer):
         logits = m(x, self.cache, sids, n_new=[len(p) for p in pending])[ar, last]         # [A, V]
         toks, qs = [], []
         for i in range(K):
-            if temperature == 0: t = logits.argmax(-1)
+            if temperature == 0: t = argmax(logits)
             else:
                 q = probs_at(logits, temperature); t = sample_probs(q, generator); qs.append(q)
             toks.append(t)
@@ -148,7 +162,7 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
         logits, hid = prefill(target, cache, sids, prompts, return_hidden=True)
         first = next_token(logits, temperature, generator).tolist()             # a plain step: the first token
         for b in range(B): out[b].append(first[b])
-        last = torch.tensor(first, device=dev)                                   # [B] emitted, not yet read
+        last = list(first)                                                       # per row: emitted, not yet read
         proposer.start(prompts, first, hid if proposer.needs_hidden else None, cap)
         try:
             while True:
@@ -161,7 +175,7 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
                 if K > 0: d, q = proposer.propose(rows, ks, temperature, generator)   # [A, K], [A, K, V] | None
                 else: d, q = torch.empty(len(rows), 0, dtype=torch.long, device=dev), None
                 _sync(dev); t1 = time.perf_counter()
-                x = torch.cat([last[rows][:, None], d], 1)                           # [A, K+1]
+                x = torch.cat([torch.tensor([[last[b]] for b in rows], device=dev), d], 1)   # [A, K+1]
                 res = target(x, cache, [sids[b] for b in rows], n_new=[kb + 1 for kb in ks], return_hidden=proposer.needs_hidden)
                 lg, h = res if isinstance(res, tuple) else (res, None)
                 if K > 0: toks, n = _decide(lg, d, q, ks_t, temperature, generator, _residual)
@@ -176,7 +190,7 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
                     for j in range(min(nb + 1, ks[i])): st['pos_proposed'][j] += 1
                     for j in range(nb): st['pos_accepted'][j] += 1
                     st['proposed'] += ks[i]; st['accepted'] += nb
-                last = last.clone(); last[rows] = torch.tensor([em[-1] for em in emitted], device=dev)
+                for b, em in zip(rows, emitted): last[b] = em[-1]
                 proposer.accept(rows, emitted, h)
                 if k_policy is not None: k_policy.update(kr, [both[i][-1] for i in range(len(rows))], ks)
                 st['rounds'] += 1; st['row_rounds'] += len(rows); st['k_used'].append(kr)
