@@ -154,6 +154,7 @@ typedef struct {
   const long *pt, *starts, *nnew;                  /* page table [B, P]; per sequence: length before the pass, tokens it adds */
   const float *cs, *sn;                            /* RoPE tables [maxpos + 1, hd / 2] */
   float *x, *logits, *work;                        /* out: hidden [R, D], logits [R, V]; scratch (see smallem_work_floats) */
+  long *best;                                      /* out: each row's argmax (the first largest logit) */
 } pass_args;
 
 long smallem_work_floats(int R, int D, int F, int maxpos, int nthreads) {
@@ -215,7 +216,36 @@ int smallem_pass(const pass_args *a) {
     }
     inv_rms(R, D, x, a->eps, iv);
     gemm(R, D, a->V, x, D, a->head, a->logits, a->V, iv, 0);
+    #pragma omp for schedule(static)
+    for (int r = 0; r < R; r++) {                /* the greedy token of each row, while its logits are in cache */
+      const float *l = a->logits + (long)r * a->V; long b = 0;
+      for (long v = 1; v < a->V; v++) if (l[v] > l[b]) b = v;
+      a->best[r] = b;
+    }
   }
+  return 0;
+}
+
+/* `steps` passes of one model, each row going on from its own last position: pass 0 as `a` describes it; pass i >= 1
+   reads one token per row, the argmax of that row's last position in pass i - 1 (for the MTP module, with that position's
+   hidden state in place of h), and appends it only where i < rowsteps[b]. The argmax of each pass goes to out[b * steps + i].
+   A greedy proposer's k guesses in one call; the cache must already hold the pages of every token appended. */
+int smallem_chain(pass_args *a, int steps, const long *rowsteps, long *out) {
+  const int B = a->B, T0 = a->T, D = a->D;
+  long starts[B], nnew[B], tok[B]; float hbuf[a->h_in ? B * D : 1];
+  const long *s0 = a->starts, *n0 = a->nnew, *tok0 = a->tokens; const float *h0 = a->h_in; const int R0 = a->R;
+  for (int i = 0; i < steps; i++) {
+    smallem_pass(a);
+    for (int b = 0; b < B; b++) {
+      long r = i == 0 ? (long)b * T0 + (n0[b] > 0 ? n0[b] - 1 : 0) : b;
+      out[(long)b * steps + i] = tok[b] = a->best[r];
+      if (h0) memcpy(hbuf + (long)b * D, a->x + r * D, D * 4);
+      starts[b] = i == 0 ? s0[b] + n0[b] : starts[b] + nnew[b];
+      nnew[b] = i + 1 < rowsteps[b];
+    }
+    a->R = B; a->T = 1; a->starts = starts; a->nnew = nnew; a->tokens = tok; if (h0) a->h_in = hbuf;
+  }
+  a->R = R0; a->T = T0; a->starts = s0; a->nnew = n0; a->tokens = tok0; a->h_in = h0;
   return 0;
 }
 
@@ -233,7 +263,7 @@ class PassArgs(ctypes.Structure):
     "The arguments of `smallem_pass` (the C struct `pass_args`)."
     _fields_ = ([(n, ctypes.c_int) for n in 'R B T D H hd F V nl S P maxpos nthreads'.split()] + [('eps', ctypes.c_float)]
                 + [(n, ctypes.c_void_p) for n in 'tokens emb h_in Ph Pe W head kv'.split()] + [('slots', ctypes.c_long)]
-                + [(n, ctypes.c_void_p) for n in 'pt starts nnew cs sn x logits work'.split()])
+                + [(n, ctypes.c_void_p) for n in 'pt starts nnew cs sn x logits work best'.split()])
 
 def pack_panels(wT:torch.Tensor) -> torch.Tensor:
     "[K, N] -> [N/32, K, 32]: each panel of 32 columns contiguous, read start to end by the kernel."
@@ -269,6 +299,7 @@ def load_kernel(required:bool=False):
             if not out.exists(): _build(KERNEL_SRC, out, cc)
         lib = ctypes.CDLL(str(out))
         lib.smallem_pass.argtypes = [ctypes.POINTER(PassArgs)]
+        lib.smallem_chain.argtypes = [ctypes.POINTER(PassArgs), ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
         lib.smallem_work_floats.restype = ctypes.c_long
         lib.smallem_work_floats.argtypes = [ctypes.c_int] * 5
         lib.smallem_gemm.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
@@ -304,16 +335,19 @@ class FusedPass:
                                 Ph=pack_panels((P[:, :D] * g(m.norm_h)).t()), Pe=pack_panels((P[:, D:] * g(m.norm_e)).t()))
             half = c.head_dim // 2
             self.cs, self.sn = model.cos[:, :half].float().contiguous(), model.sin[:, :half].float().contiguous()
-        for d in (self.main, getattr(self, 'mtp', None)):
-            if d: d['ptrs'] = (ctypes.c_void_p * len(d['W']))(*[w.data_ptr() for w in d['W']]); d['addr'] = ctypes.addressof(d['ptrs'])
-        self.args = PassArgs(D=D, H=c.n_heads, hd=c.head_dim, F=c.ffn_dim, V=c.vocab_size, maxpos=c.max_seq_len - 1,
-                             eps=c.norm_eps, emb=E.data_ptr(), cs=self.cs.data_ptr(), sn=self.sn.data_ptr())
+        for d in (self.main, getattr(self, 'mtp', None)):   # one argument struct each, its fixed fields set once
+            if d is None: continue
+            d['ptrs'] = (ctypes.c_void_p * len(d['W']))(*[w.data_ptr() for w in d['W']])
+            d['args'] = PassArgs(D=D, H=c.n_heads, hd=c.head_dim, F=c.ffn_dim, V=c.vocab_size, maxpos=c.max_seq_len - 1,
+                                 eps=c.norm_eps, emb=E.data_ptr(), cs=self.cs.data_ptr(), sn=self.sn.data_ptr(),
+                                 nl=len(d['W']) // 4, W=ctypes.addressof(d['ptrs']), head=d['head'].data_ptr(),
+                                 Ph=d['Ph'].data_ptr() if 'Ph' in d else None, Pe=d['Pe'].data_ptr() if 'Pe' in d else None)
         self.work, self._need = torch.empty(0), {}
 
-    def __call__(self, cache, sids, starts, n_new, tokens, B, T, h=None):
-        "One pass over `tokens` [B, T] appended at `starts` (the cache already holds their pages); returns logits, hidden."
-        c, a, R = self.cfg, self.args, B * T
-        w = self.main if h is None else self.mtp
+    def __call__(self, cache, sids, starts, n_new, tokens, B, T, h=None, chain:list[int]|None=None):
+        "One pass over `tokens` [B, T] appended at `starts` (the cache already holds their pages); returns logits, hidden. With `chain` (steps per row), the greedy tokens [B, max(chain)] of a chain of passes (`smallem_chain`)."
+        c, R = self.cfg, B * T
+        a = self.main['args'] if h is None else self.mtp['args']
         P = max(1, max(len(cache.pages[s]) for s in sids))
         vals = [x for s in sids for x in cache.pages[s] + [0] * (P - len(cache.pages[s]))] + list(starts) + list(n_new)
         ints = (ctypes.c_long * len(vals))(*vals)      # a ctypes array: cheaper than a tensor for a few integers
@@ -321,18 +355,24 @@ class FusedPass:
         need = self._need.get((R, nth))
         if need is None: need = self._need[R, nth] = self.lib.smallem_work_floats(R, c.dim, c.ffn_dim, c.max_seq_len - 1, nth)
         if self.work.numel() < need: self.work = torch.empty(need)
-        tok = tokens.reshape(-1).contiguous()
-        x, logits = torch.empty(R, c.dim), torch.empty(R, c.vocab_size)
-        a.R, a.B, a.T, a.S, a.P, a.nthreads, a.nl = R, B, T, cache.page_size, P, nth, len(w['W']) // 4
-        a.tokens, a.kv, a.slots, a.W, a.head = tok.data_ptr(), cache.kv.data_ptr(), cache.kv.shape[1], w['addr'], w['head'].data_ptr()
+        tok = tokens if tokens.is_contiguous() else tokens.contiguous()
+        D, V = c.dim, c.vocab_size
+        out = torch.empty(R * (D + V + 2))               # hidden, logits and the argmax of each row in one allocation
+        a.R, a.B, a.T, a.S, a.P, a.nthreads = R, B, T, cache.page_size, P, nth
+        a.tokens, a.kv, a.slots = tok.data_ptr(), cache.kv.data_ptr(), cache.kv.shape[1]
         p0, sz = ctypes.addressof(ints), ctypes.sizeof(ctypes.c_long); a.pt, a.starts, a.nnew = p0, p0 + sz * B * P, p0 + sz * (B * P + B)
-        a.x, a.logits, a.work = x.data_ptr(), logits.data_ptr(), self.work.data_ptr()
-        if h is None: a.h_in = a.Ph = a.Pe = None
-        else:
-            h = h.reshape(R, c.dim).float().contiguous()
-            a.h_in, a.Ph, a.Pe = h.data_ptr(), w['Ph'].data_ptr(), w['Pe'].data_ptr()
+        p0 = out.data_ptr(); a.x, a.logits, a.best, a.work = p0, p0 + 4 * R * D, p0 + 4 * R * (D + V), self.work.data_ptr()
+        if h is not None:
+            if not (h.is_contiguous() and h.dtype == torch.float32): h = h.float().contiguous()
+            a.h_in = h.data_ptr()
+        if chain is not None:
+            K = max(chain); toks = torch.empty(B, K, dtype=torch.long); steps = (ctypes.c_long * B)(*chain)
+            self.lib.smallem_chain(ctypes.byref(a), K, ctypes.addressof(steps), toks.data_ptr())
+            return toks
         self.lib.smallem_pass(ctypes.byref(a))
-        return logits.view(B, T, -1), x.view(B, T, -1)
+        logits = out[R * D:R * (D + V)].view(B, T, V)
+        logits.rows_argmax = out[R * (D + V):].view(torch.int64).view(B, T)   # `generate.argmax` uses it
+        return logits, out[:R * D].view(B, T, D)
 
 # %% ../nbs/12a_fused_cpu.ipynb #5e3add15
 def _median_us(f, reps:int) -> float:

@@ -11,8 +11,8 @@ from .corpus import SmallemError, preset_name, load_tokenizer, validation_prompt
 from .model import Smallem
 
 # %% auto #0
-__all__ = ['check_temperature', 'probs_at', 'argmax', 'sample_probs', 'next_token', 'check_prompts', 'pages_needed', 'prefill',
-           'generate', 'pass_times', 'generate_cli']
+__all__ = ['check_temperature', 'probs_at', 'argmax', 'take_rows', 'sample_probs', 'next_token', 'check_prompts', 'pages_needed',
+           'prefill', 'generate', 'pass_times', 'generate_cli']
 
 # %% ../nbs/04_generate.ipynb #60a7fd0a
 def check_temperature(temperature:float):
@@ -26,8 +26,19 @@ def probs_at(logits:torch.Tensor, temperature:float) -> torch.Tensor:  # [..., V
 
 def argmax(x:torch.Tensor) -> torch.Tensor:  # [..., V] -> [...] int64
     "Index of the largest value on the last axis, the first on ties as `torch.argmax`; on a CPU through NumPy, whose reduction costs a few µs where torch's costs tens on some processors."
+    best = getattr(x, 'rows_argmax', None)      # logits from the fused CPU kernel carry their argmax, computed while hot
+    if best is not None: return best
     if x.device.type != 'cpu' or x.dtype not in (torch.float32, torch.float64): return x.argmax(-1)
     return torch.from_numpy(x.numpy().argmax(-1))
+
+def take_rows(x:torch.Tensor, idx:list[int]) -> torch.Tensor:  # [B, T, V] -> [B, V]
+    "Position idx[b] of each row b, keeping the argmax the fused kernel attached to the logits."
+    same = all(i == idx[0] for i in idx)
+    if same: out = x[:, idx[0]]
+    else: ar, it = torch.arange(len(idx), device=x.device), torch.tensor(idx, device=x.device); out = x[ar, it]
+    best = getattr(x, 'rows_argmax', None)
+    if best is not None: out.rows_argmax = best[:, idx[0]] if same else best[ar, it]
+    return out
 
 def sample_probs(probs:torch.Tensor, generator:torch.Generator|None=None) -> torch.Tensor:  # [..., V] -> [...]
     "One draw from each row of `probs` by the exponential race (no host sync)."
@@ -65,8 +76,8 @@ def prefill(model:Smallem, cache, sids:list, prompts:list[list[int]], **kw):  # 
     x = torch.tensor([p + [0] * (L - len(p)) for p in prompts], device=model.device)
     out = model(x, cache, sids, n_new=[len(p) for p in prompts], **kw)
     logits = out[0] if isinstance(out, tuple) else out
-    last = torch.tensor([len(p) - 1 for p in prompts], device=model.device)
-    return (logits[torch.arange(len(prompts), device=model.device), last], out[1]) if isinstance(out, tuple) else logits[torch.arange(len(prompts), device=model.device), last]
+    last = take_rows(logits, [len(p) - 1 for p in prompts])
+    return (last, out[1]) if isinstance(out, tuple) else last
 
 @torch.inference_mode()
 def generate(model:Smallem, prompts:list[list[int]], max_new_tokens:int, temperature:float=0.0,
@@ -85,7 +96,7 @@ def generate(model:Smallem, prompts:list[list[int]], max_new_tokens:int, tempera
         tok = next_token(prefill(model, cache, sids, prompts), temperature, generator)
         out[:, 0] = tok
         for i in range(1, n_new):
-            tok = next_token(model(tok[:, None], cache, sids)[:, -1], temperature, generator)
+            tok = next_token(take_rows(model(tok[:, None], cache, sids), [0] * B), temperature, generator)
             out[:, i] = tok
         stats['passes'] = n_new
     finally:

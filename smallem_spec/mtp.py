@@ -6,7 +6,7 @@
 from __future__ import annotations
 import torch
 from .corpus import SmallemError
-from .generate import argmax, probs_at, sample_probs
+from .generate import argmax, take_rows, probs_at, sample_probs
 from .spec import Proposer
 
 # %% auto #0
@@ -42,15 +42,19 @@ class MTPProposer(Proposer):
             x = torch.zeros(len(rows), W, dtype=torch.long, device=dev)
             for i, (r, n) in enumerate(zip(rows, n_new)):
                 if n: h[i, :n] = self.h[r][-n:]; x[i, :n] = torch.tensor(self.nxt[r][-n:], device=dev)
-        logits, state = t.mtp_forward(h, x, self.cache, sids, n_new)
+        chained = temperature == 0 and hasattr(t, 'greedy_chain')
+        if chained:
+            self.true_len = {r: self.cache.length(s) + n for r, s, n in zip(rows, sids, n_new)}
+            d = t.greedy_chain(x, self.cache, sids, n_new, ks, h=h)            # the fused kernel: k guesses in one call
+            chained = d is not None
+        if not chained:
+            logits, state = t.mtp_forward(h, x, self.cache, sids, n_new)
+            self.true_len = {r: self.cache.length(s) for r, s in zip(rows, sids)}
         for r, n in zip(rows, n_new):
             if n: self.h[r], self.nxt[r] = self.h[r][:0], []                   # consumed
-        self.true_len = {r: self.cache.length(s) for r, s in zip(rows, sids)}
+        if chained: return d, None
         last = [max(n - 1, 0) for n in n_new]
-        if len(set(last)) == 1: lg, st = logits[:, last[0]], state[:, last[0]]  # [A, V], [A, D]
-        else:
-            ar, lt = torch.arange(len(rows), device=dev), torch.tensor(last, device=dev)
-            lg, st = logits[ar, lt], state[ar, lt]
+        lg, st = take_rows(logits, last), take_rows(state, last)                # [A, V], [A, D]
         toks, qs = [], []
         for i in range(K):
             if temperature == 0: d = argmax(lg)
@@ -58,7 +62,7 @@ class MTPProposer(Proposer):
             toks.append(d)
             if i < K - 1:   # chain: the module's own state stands in for h, its guess for the next token
                 lg, st = t.mtp_forward(st[:, None], d[:, None], self.cache, sids, [int(i < k - 1) for k in ks])
-                lg, st = lg[:, 0], st[:, 0]
+                lg, st = take_rows(lg, [0] * len(rows)), st[:, 0]
         return torch.stack(toks, 1), (torch.stack(qs, 1) if qs else None)
 
     def accept(self, rows, emitted, hidden=None):

@@ -9,10 +9,10 @@ import torch
 from .corpus import SmallemError
 from .model import Smallem
 import numpy as np
-from .generate import argmax, check_prompts, check_temperature, next_token, probs_at, prefill, sample_probs
+from .generate import argmax, take_rows, check_prompts, check_temperature, next_token, probs_at, prefill, sample_probs
 
 # %% auto #0
-__all__ = ['check_verify_shapes', 'verify_greedy', 'Proposer', 'DraftProposer', 'check_proposer', 'speculative_generate',
+__all__ = ['PARTS', 'check_verify_shapes', 'verify_greedy', 'Proposer', 'DraftProposer', 'check_proposer', 'speculative_generate',
            'ConstantProposer']
 
 # %% ../nbs/05_greedy.ipynb #c89a245c
@@ -30,6 +30,12 @@ def _greedy(target_logits:torch.Tensor,   # [B, k+1, V]
     padded = torch.cat([draft_tokens, draft_tokens.new_full((B, 1), -1)], 1)
     tokens = torch.where(idx < n[:, None], padded, torch.where(idx == n[:, None], best, -1))
     return tokens, n
+
+def _greedy_row(best:list[int], draft:list[int], k:int) -> list[int]:
+    "One row's greedy decision on host integers: the accepted proposals, the target's token, then the count accepted."
+    n = 0
+    while n < k and draft[n] == best[n]: n += 1
+    return draft[:n] + [best[n], n]
 
 def _greedy_host(target_logits, draft_tokens, n_proposed=None):
     "The same decision in NumPy: on a CPU a handful of tiny torch operations cost more than the decision itself."
@@ -93,9 +99,10 @@ class DraftProposer(Proposer):
         pending = [self.ctx[r][self.cache.length(s):] if k > 0 else [] for r, s, k in zip(rows, sids, ks)]
         W = max(len(p) for p in pending)
         x = torch.tensor([p + [0] * (W - len(p)) for p in pending], device=dev)          # [A, W]
-        last = torch.tensor([max(len(p) - 1, 0) for p in pending], device=dev)
-        ar = torch.arange(len(rows), device=dev)
-        logits = m(x, self.cache, sids, n_new=[len(p) for p in pending])[ar, last]         # [A, V]
+        if temperature == 0 and hasattr(m, 'greedy_chain'):                           # the fused kernel: k guesses in one call
+            d = m.greedy_chain(x, self.cache, sids, [len(p) for p in pending], ks)
+            if d is not None: return d, None
+        logits = take_rows(m(x, self.cache, sids, n_new=[len(p) for p in pending]), [max(len(p) - 1, 0) for p in pending])  # [A, V]
         toks, qs = [], []
         for i in range(K):
             if temperature == 0: t = argmax(logits)
@@ -103,7 +110,7 @@ class DraftProposer(Proposer):
                 q = probs_at(logits, temperature); t = sample_probs(q, generator); qs.append(q)
             toks.append(t)
             if i < K - 1:
-                logits = m(t[:, None], self.cache, sids, n_new=[int(i < k - 1) for k in ks])[:, 0]
+                logits = take_rows(m(t[:, None], self.cache, sids, n_new=[int(i < k - 1) for k in ks]), [0] * len(rows))
         return torch.stack(toks, 1), (torch.stack(qs, 1) if qs else None)
 
     def accept(self, rows, emitted, hidden=None):
@@ -136,6 +143,8 @@ def check_proposer(target:Smallem, proposer:Proposer):
         raise SmallemError(f"proposer tokenizer {b.get('tokenizer_hash')} differs from the target's {a.get('tokenizer_hash')}")
 
 # %% ../nbs/05_greedy.ipynb #ec43ebf4
+PARTS = ('propose', 'verify', 'decide', 'keep', 'accept', 'bookkeeping')   # where a round's time goes (stats['t_parts'])
+
 @torch.inference_mode()
 def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[int]], max_new_tokens:int, k:int,
                          temperature:float=0.0, generator:torch.Generator|None=None, k_policy=None,
@@ -150,14 +159,14 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
     prompts = check_prompts(prompts, cfg.vocab_size, cfg.max_seq_len)
     B = len(prompts)
     budget = [min(max_new_tokens, cfg.max_seq_len - len(p) + 1) for p in prompts]
-    st = {'rounds': 0, 'row_rounds': 0, 'proposed': 0, 'accepted': 0, 'pos_proposed': [0] * k, 'pos_accepted': [0] * k,
-          't_propose': 0., 't_verify': 0., 't_total': 0., 'k_used': [],
+    st = {'k': k, 'log': [], 't_parts': dict.fromkeys(PARTS, 0.), 't_total': 0.,
           'stopped': ['max_new_tokens' if b == max_new_tokens else 'context' for b in budget]}
     out = [[] for _ in prompts]
     if max(budget) <= 0: return out, _finish_stats(st, out)
-    t_start = time.perf_counter()
+    clock = time.perf_counter; t_start = clock()
     cap = [min(cfg.max_seq_len, len(p) + b + k + 1) for p, b in zip(prompts, budget)]
     cache = target.new_cache(capacity=cap); sids = [cache.new_seq() for _ in prompts]
+    tp = st['t_parts']
     try:
         logits, hid = prefill(target, cache, sids, prompts, return_hidden=True)
         first = next_token(logits, temperature, generator).tolist()             # a plain step: the first token
@@ -165,50 +174,65 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
         last = list(first)                                                       # per row: emitted, not yet read
         proposer.start(prompts, first, hid if proposer.needs_hidden else None, cap)
         try:
+            t5 = clock()
             while True:
                 rows = [b for b in range(B) if len(out[b]) < budget[b]]
                 if not rows: break
                 kr = k if k_policy is None else k_policy.choose()
                 ks = [min(kr, budget[b] - len(out[b]) - 1) for b in rows]
-                K = max(ks); ks_t = torch.tensor(ks, device=dev)
-                t0 = time.perf_counter()
+                K = max(ks)
+                t0 = clock(); tp['bookkeeping'] += t0 - t5
                 if K > 0: d, q = proposer.propose(rows, ks, temperature, generator)   # [A, K], [A, K, V] | None
                 else: d, q = torch.empty(len(rows), 0, dtype=torch.long, device=dev), None
-                _sync(dev); t1 = time.perf_counter()
+                _sync(dev); t1 = clock()
                 x = torch.cat([torch.tensor([[last[b]] for b in rows], device=dev), d], 1)   # [A, K+1]
                 res = target(x, cache, [sids[b] for b in rows], n_new=[kb + 1 for kb in ks], return_hidden=proposer.needs_hidden)
                 lg, h = res if isinstance(res, tuple) else (res, None)
-                if K > 0: toks, n = _decide(lg, d, q, ks_t, temperature, generator, _residual)
-                else: toks, n = next_token(lg[:, 0], temperature, generator)[:, None], torch.zeros(len(rows), dtype=torch.long, device=dev)
-                both = torch.cat([toks, n[:, None]], 1).tolist()                     # the one host sync of the round
-                _sync(dev); t2 = time.perf_counter()
-                emitted = []
-                for i, b in enumerate(rows):
-                    nb = both[i][-1]; em = both[i][:nb + 1]
+                t2 = clock()
+                if K > 0 and temperature == 0 and dev.type == 'cpu':                 # a few integers: plain Python is the fastest
+                    both = [_greedy_row(b, dr, kb) for b, dr, kb in zip(argmax(lg).tolist(), d.tolist(), ks)]
+                else:
+                    if K > 0: toks, n = _decide(lg, d, q, None if min(ks) == K else torch.tensor(ks, device=dev), temperature, generator, _residual)
+                    else: toks, n = next_token(take_rows(lg, [0] * len(rows)), temperature, generator)[:, None], torch.zeros(len(rows), dtype=torch.long, device=dev)
+                    both = torch.cat([toks, n[:, None]], 1).tolist()                 # the one host sync of the round
+                _sync(dev); t3 = clock()
+                emitted, ns = [], []
+                for row, b in zip(both, rows):
+                    nb = row[-1]; em = row[:nb + 1]; ns.append(nb)
                     cache.keep(sids[b], len(prompts[b]) + len(out[b]) + nb)          # last token + accepted guesses
-                    out[b].extend(em); emitted.append(em)
-                    for j in range(min(nb + 1, ks[i])): st['pos_proposed'][j] += 1
-                    for j in range(nb): st['pos_accepted'][j] += 1
-                    st['proposed'] += ks[i]; st['accepted'] += nb
-                for b, em in zip(rows, emitted): last[b] = em[-1]
+                    out[b].extend(em); emitted.append(em); last[b] = em[-1]
+                t4 = clock()
                 proposer.accept(rows, emitted, h)
-                if k_policy is not None: k_policy.update(kr, [both[i][-1] for i in range(len(rows))], ks)
-                st['rounds'] += 1; st['row_rounds'] += len(rows); st['k_used'].append(kr)
-                st['t_propose'] += t1 - t0; st['t_verify'] += t2 - t1
+                t5 = clock()
+                if k_policy is not None: k_policy.update(kr, ns, ks)
+                st['log'].append((kr, ks, ns))                                       # statistics are gathered at the end
+                tp['propose'] += t1 - t0; tp['verify'] += t2 - t1; tp['decide'] += t3 - t2; tp['keep'] += t4 - t3; tp['accept'] += t5 - t4
                 if on_round is not None: on_round(cache, sids, out)
         finally: proposer.finish()
     finally:
         for s in sids: cache.free(s)
-    st['t_total'] = time.perf_counter() - t_start
+    st['t_total'] = clock() - t_start
     return out, _finish_stats(st, out)
 
 def _finish_stats(st, out):
+    "Aggregate the round log: counts, per-position acceptance, tokens per round, and where the time went."
+    log, k = st.pop('log'), st.pop('k')
+    pp, pa = [0] * k, [0] * k
+    for kr, ks, ns in log:
+        for kb, nb in zip(ks, ns):
+            for j in range(min(nb + 1, kb)): pp[j] += 1
+            for j in range(nb): pa[j] += 1
+    st.update(rounds=len(log), row_rounds=sum(len(ks) for _, ks, _ in log), proposed=sum(sum(ks) for _, ks, _ in log),
+              accepted=sum(sum(ns) for _, _, ns in log), pos_proposed=pp, pos_accepted=pa, k_used=[kr for kr, _, _ in log])
     st['new_tokens'] = sum(len(o) for o in out)
-    st['alpha_per_position'] = [a / p if p else None for a, p in zip(st['pos_accepted'], st['pos_proposed'])]
+    st['alpha_per_position'] = [a / p if p else None for a, p in zip(pa, pp)]
     st['acceptance'] = st['accepted'] / st['proposed'] if st['proposed'] else None
     st['tokens_per_round'] = (st['accepted'] + st['row_rounds']) / st['row_rounds'] if st['row_rounds'] else None
+    tp = st['t_parts']
+    st['t_propose'], st['t_verify'] = tp['propose'], tp['verify'] + tp['decide']
     st['t_host'] = st['t_total'] - st['t_propose'] - st['t_verify']
     return st
+
 
 # %% ../nbs/05_greedy.ipynb #69178f65
 class ConstantProposer(Proposer):
