@@ -17,11 +17,12 @@ from .mtp import MTPProposer
 from .cost import AdaptiveK, HeuristicK, expected_tokens_pos, predicted_speedup
 from .train import load_or_train
 from .fast import FastSmallem
+from .fused import cpu_info
 from .generate import probs_at, sample_probs
 
 # %% auto #0
 __all__ = ['PROPOSERS', 'mtp_step_time', 'ngram_step_time', 'decide_time', 'measure_costs', 'make_proposer', 'cpu_name',
-           'run_config', 'bench', 'format_table', 'plot_result', 'bench_cli']
+           'run_config', 'bench', 'format_table', 'verdict', 'result_path', 'plot_result', 'bench_cli']
 
 # %% ../nbs/10_bench.ipynb #330878f3
 @torch.inference_mode()
@@ -214,7 +215,8 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
         row['measured_over_predicted'] = round(row['speedup'] / row['predicted_speedup'], 3) if row['predicted_speedup'] else None
         rows.append(row)
     meta = dict(preset=preset, prompts=n_prompts, prompt_tokens=32, new_tokens=new_tokens, repeats=repeats,
-                device=str(target.device), cpu=cpu_name(), threads=torch.get_num_threads(),
+                device=str(target.device), cpu=cpu_name(), cpu_info=cpu_info(), kernel=getattr(target, 'kernel', 'reference'),
+                threads=torch.get_num_threads(),
                 torch=torch.__version__, gpu=torch.cuda.get_device_name() if target.device.type == 'cuda' else None,
                 costs={str(b): {'t1_ms': round(c['t1'] * 1e3, 3), 'v': {str(k): round(x, 3) for k, x in c['v'].items()},
                                 'c': {p: round(x, 3) for p, x in c['c'].items()},
@@ -238,9 +240,37 @@ def format_table(result:dict) -> str:
                      f"{_fmt(r['predicted_speedup'], '5.2f', 'x')} {_fmt(r['measured_over_predicted'], '9.2f')} {r['tokens_per_round']:7.2f} "
                      f"{'' if r['c'] is None else format(r['c'], '.2f'):>5s}  {al:29s} {'' if r['identical'] is None else ('yes' if r['identical'] else 'NO')}")
     m = result['meta']
-    lines.append(f"{m['prompts']} prompts x {m['new_tokens']} new tokens, median of {m['repeats']}, {m.get('path', 'reference')} path, "
-                 f"{m['device']} ({m['gpu'] or m['cpu']}, {m['threads']} threads), torch {m['torch']}")
+    lines.append(f"{m['prompts']} prompts x {m['new_tokens']} new tokens, median of {m['repeats']}, {m.get('path', 'reference')} path"
+                 f"{' (' + m['kernel'] + ' kernel)' if m.get('kernel') else ''}, {m['device']} ({m['gpu'] or m['cpu']}, {m['threads']} threads), torch {m['torch']}")
+    lines.append(verdict(result))
     return '\n'.join(lines)
+
+def verdict(result:dict) -> str:
+    "One line for a newcomer: at the smallest batch, what paid on this machine, and why (or why not)."
+    m, rows = result['meta'], [r for r in result['rows'] if not r['proposer'].startswith('none')]
+    if not rows: return "Verdict: no proposer was run."
+    B = min(r['batch'] for r in rows); cst = m['costs'][str(B)]
+    where = m['gpu'] or m['cpu']
+    out = []
+    for T in sorted({r['temperature'] for r in rows}):
+        rs = [r for r in rows if r['batch'] == B and r['temperature'] == T]
+        b = max(rs, key=lambda r: r['speedup']); mode = 'greedy' if T == 0 else f'T={T:g}'
+        if b['speedup'] < 1.03: out.append(f"{mode}: nothing paid (best {b['proposer']} k={b['k']} x{b['speedup']:.2f})"); continue
+        k = b['k'] if isinstance(b['k'], int) else round(b.get('mean_k') or 1)
+        a1 = (b['alpha_per_position'] or [None])[0]
+        out.append(f"{mode}: {b['proposer']} k={b['k']} paid most, x{b['speedup']:.2f} (a verify pass over {k + 1} tokens costs "
+                   f"{cst['v'][str(k)] if str(k) in cst['v'] else float('nan'):.2f} one-token passes here, a guess {b['c']:.2f} of a pass"
+                   + (f", {a1:.0%} of first guesses kept)" if a1 is not None else ")"))
+    greedy = [r for r in rows if r['batch'] == B and r['temperature'] == 0]
+    losers = sorted({r['proposer'] for r in greedy} - {r['proposer'] for r in greedy if r['speedup'] >= 1.0})
+    if losers:
+        out.append("slower than the target alone at every k: " + ', '.join(
+            f"{p} (its guess costs c = {cst['c'][p]:.2f} of a target pass)" for p in losers if p in cst['c']))
+    return f"Verdict on {where}, batch {B}: " + '; '.join(out) + '.'
+
+def result_path(preset:str, kind:str|None=None, folder='nbs/bench') -> Path:
+    "Where the committed benchmark of a preset on one processor kind lives (results are kept per kind: they differ)."
+    return Path(folder) / f"{preset}_{kind or cpu_info()['kind']}.json"
 
 def plot_result(result:dict, path=None):
     "Speed-up vs k per proposer, predicted vs measured, acceptance by position."
@@ -305,6 +335,10 @@ def bench_cli(argv=None):
     p.add_argument('--reference', action='store_true', help='run everything on the reference model code instead of the fast path')
     p.add_argument('--peers', action='store_true', help='instead, the peer benchmark against transformers (smallem_spec.hf.peer_bench)')
     a = p.parse_args(argv)
+    for opt, path in (('--json', a.json), ('--plot', a.plot)):   # refuse an unwritable output before minutes of work
+        if path:
+            try: open(path, 'a').close()
+            except OSError as e: p.exit(2, f"smallem_bench: error: cannot write {opt} {path}: {e.strerror}\n")
     if a.peers:
         from smallem_spec.hf import peer_bench
         try: rows, table = peer_bench(a.preset, a.prompts, a.new_tokens, a.repeats, tuple(a.temperature))

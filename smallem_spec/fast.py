@@ -247,13 +247,13 @@ class FastSmallem:
         else: graph.replay()
         return out[0].clone(), out[1].clone()
 
-    def greedy_chain(self, tokens, cache, sids, n_new, ks, h=None) -> torch.Tensor | None:
-        "The k greedy guesses of each row in one call of the fused kernel (tokens [B, W] pending, then each argmax fed back); None without it."
+    def chain(self, tokens, cache, sids, n_new, ks, h=None, temperature:float=0.0, generator=None):
+        "A proposer's k guesses per row in one call of the fused kernel (tokens [B, W] pending, then each guess fed back): (guesses [B, K], q [B, K, V] or None); None without the kernel."
         if self.fused is None or (h is not None and self.mtp is None): return None
         B, T = tokens.shape
         starts = [cache.lens[cache._sid(s)] for s in sids]
         cache.append(sids, [n + max(k - 1, 0) for n, k in zip(n_new, ks)])    # every token the chain will append
-        return self.fused(cache, sids, starts, n_new, tokens, B, T, h, chain=list(ks))
+        return self.fused(cache, sids, starts, n_new, tokens, B, T, h, chain=list(ks), temperature=temperature, generator=generator)
 
     def _dispatch(self, kind, cache, sids, n_new, T, B, args):
         if self.fused is not None:                 # one C call runs the pass; the cache's pages are appended first

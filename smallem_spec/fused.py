@@ -11,7 +11,8 @@ from filelock import FileLock
 from .corpus import SmallemError, smallem_home
 
 # %% auto #0
-__all__ = ['KERNEL_SRC', 'cpu_info', 'PassArgs', 'pack_panels', 'load_kernel', 'fused_fits', 'FusedPass', 'product_times']
+__all__ = ['KERNEL_SRC', 'cpu_info', 'PassArgs', 'pack_panels', 'load_kernel', 'fused_fits', 'FusedPass', 'sample_logits',
+           'decide_sampled', 'product_times']
 
 # %% ../nbs/12a_fused_cpu.ipynb #dbdc75f4
 def cpu_info() -> dict:
@@ -143,6 +144,61 @@ static void attend(const float *q, const float *kvl, const long *tb, int S, long
 
 '''
 
+# %% ../nbs/12a_fused_cpu.ipynb #9c5958aa
+_SRC_SAMPLE = r'''
+/* softmax(l / temp) of one row of V logits into p */
+static void softmax_row(const float *l, int V, float temp, float *p) {
+  float mx = -INFINITY, it = 1.0f / temp;
+  for (int v = 0; v < V; v++) if (l[v] > mx) mx = l[v];
+  v16 s = {0};
+  for (int v = 0; v < V; v += 16) { v16 e = vexp((ld(l + v) - mx) * it); st(p + v, e); s += e; }
+  float inv = 1.0f / hsum(s);
+  for (int v = 0; v < V; v += 16) st(p + v, ld(p + v) * inv);
+}
+
+/* the first index whose running sum of weights (in double) exceeds u times their total; -1 when every weight is 0 */
+static long draw(const float *w, int V, double u) {
+  double tot = 0, c = 0;
+  for (int v = 0; v < V; v++) tot += w[v];
+  if (!(tot > 0)) return -1;
+  double x = u * tot;
+  for (int v = 0; v < V; v++) { c += w[v]; if (c > x) return v; }
+  for (int v = V - 1; v >= 0; v--) if (w[v] > 0) return v;     /* rounding left x at the total */
+  return -1;
+}
+
+/* one draw from softmax(logits / temp) for each of `rows` rows, with the uniforms u; p receives the probabilities */
+void smallem_sample(const float *logits, long rows, int V, float temp, const double *u, float *p, long *tok) {
+  for (long r = 0; r < rows; r++) { softmax_row(logits + r * V, V, temp, p + r * V); tok[r] = draw(p + r * V, V, u[r]); }
+}
+
+/* The speculative sampling rule for B rows of k proposals. Proposal j of row b, d[b, j], was drawn from q[b, j, :]; it
+   is kept while u[b, j] q(d) < p(d), p = softmax(logits[b, j, :] / temp), for j < nprop[b]. At the first refusal n, or
+   at n = nprop[b] (the bonus), one token is drawn with u[b, k] from norm(max(0, p_n - q_n)), q_n = 0 for the bonus, and
+   from p_n where that has no mass. mode 1 draws the correction from p_n (a planted bias), mode 2 keeps every proposal
+   (a control). out[b, :] = d[b, :n], the drawn token, then -1 up to k + 1 entries, then n. work: V floats. */
+int smallem_decide(int B, int k, int V, const float *logits, float temp, const float *q, const long *d, const long *nprop,
+                   const double *u, int mode, float *work, long *out) {
+  for (int b = 0; b < B; b++) {
+    const float *L = logits + (long)b * (k + 1) * V, *Q = q + (long)b * k * V;
+    const double *ub = u + (long)b * (k + 1);
+    long np = nprop[b], n = 0, *o = out + (long)b * (k + 2);
+    for (; n < np; n++) {
+      softmax_row(L + n * V, V, temp, work);
+      long x = d[(long)b * k + n];
+      if (mode != 2 && !(ub[n] * Q[n * V + x] < work[x])) break;
+    }
+    if (n == np) softmax_row(L + n * V, V, temp, work);
+    else if (mode == 0) for (int v = 0; v < V; v++) { float r = work[v] - Q[n * V + v]; work[v] = r > 0 ? r : 0; }
+    long t = draw(work, V, ub[k]);
+    if (t < 0) { softmax_row(L + n * V, V, temp, work); t = draw(work, V, ub[k]); }
+    for (long j = 0; j <= k; j++) o[j] = j < n ? d[(long)b * k + j] : j == n ? t : -1;
+    o[k + 1] = n;
+  }
+  return 0;
+}
+'''
+
 # %% ../nbs/12a_fused_cpu.ipynb #26ae5af8
 _SRC_PASS = r'''
 typedef struct {
@@ -227,10 +283,12 @@ int smallem_pass(const pass_args *a) {
 }
 
 /* `steps` passes of one model, each row going on from its own last position: pass 0 as `a` describes it; pass i >= 1
-   reads one token per row, the argmax of that row's last position in pass i - 1 (for the MTP module, with that position's
-   hidden state in place of h), and appends it only where i < rowsteps[b]. The argmax of each pass goes to out[b * steps + i].
-   A greedy proposer's k guesses in one call; the cache must already hold the pages of every token appended. */
-int smallem_chain(pass_args *a, int steps, const long *rowsteps, long *out) {
+   reads one token per row, the token chosen at that row's last position in pass i - 1 (for the MTP module, with that
+   position's hidden state in place of h), and appends it only where i < rowsteps[b]. The token of pass i goes to
+   out[b * steps + i]: the argmax at temp 0, else a draw from softmax(logits / temp) with u[b * steps + i], whose
+   probabilities go to q[(b * steps + i) * V ...]. A proposer's k guesses in one call; the cache must already hold the
+   pages of every token appended. */
+int smallem_chain(pass_args *a, int steps, const long *rowsteps, long *out, float temp, const double *u, float *q) {
   const int B = a->B, T0 = a->T, D = a->D;
   long starts[B], nnew[B], tok[B]; float hbuf[a->h_in ? B * D : 1];
   const long *s0 = a->starts, *n0 = a->nnew, *tok0 = a->tokens; const float *h0 = a->h_in; const int R0 = a->R;
@@ -238,7 +296,12 @@ int smallem_chain(pass_args *a, int steps, const long *rowsteps, long *out) {
     smallem_pass(a);
     for (int b = 0; b < B; b++) {
       long r = i == 0 ? (long)b * T0 + (n0[b] > 0 ? n0[b] - 1 : 0) : b;
-      out[(long)b * steps + i] = tok[b] = a->best[r];
+      if (temp > 0) {
+        float *qb = q + ((long)b * steps + i) * a->V;
+        softmax_row(a->logits + r * a->V, a->V, temp, qb);
+        long t = draw(qb, a->V, u[(long)b * steps + i]); tok[b] = t < 0 ? a->best[r] : t;
+      } else tok[b] = a->best[r];
+      out[(long)b * steps + i] = tok[b];
       if (h0) memcpy(hbuf + (long)b * D, a->x + r * D, D * 4);
       starts[b] = i == 0 ? s0[b] + n0[b] : starts[b] + nnew[b];
       nnew[b] = i + 1 < rowsteps[b];
@@ -256,7 +319,7 @@ void smallem_gemm(int R, int K, int N, const float *X, const float *W, float *Y,
   gemm(R, K, N, X, K, W, Y, N, one, 0);
 }
 '''
-KERNEL_SRC = _SRC_HEAD + _SRC_GEMM + _SRC_ATTN + _SRC_PASS
+KERNEL_SRC = _SRC_HEAD + _SRC_GEMM + _SRC_ATTN + _SRC_SAMPLE + _SRC_PASS
 
 # %% ../nbs/12a_fused_cpu.ipynb #c4bec69c
 class PassArgs(ctypes.Structure):
@@ -299,7 +362,11 @@ def load_kernel(required:bool=False):
             if not out.exists(): _build(KERNEL_SRC, out, cc)
         lib = ctypes.CDLL(str(out))
         lib.smallem_pass.argtypes = [ctypes.POINTER(PassArgs)]
-        lib.smallem_chain.argtypes = [ctypes.POINTER(PassArgs), ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+        lib.smallem_chain.argtypes = [ctypes.POINTER(PassArgs), ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
+                                      ctypes.c_void_p, ctypes.c_void_p]
+        lib.smallem_sample.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        lib.smallem_decide.argtypes = ([ctypes.c_int] * 3 + [ctypes.c_void_p, ctypes.c_float] + [ctypes.c_void_p] * 4
+                                       + [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p])
         lib.smallem_work_floats.restype = ctypes.c_long
         lib.smallem_work_floats.argtypes = [ctypes.c_int] * 5
         lib.smallem_gemm.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
@@ -344,8 +411,8 @@ class FusedPass:
                                  Ph=d['Ph'].data_ptr() if 'Ph' in d else None, Pe=d['Pe'].data_ptr() if 'Pe' in d else None)
         self.work, self._need = torch.empty(0), {}
 
-    def __call__(self, cache, sids, starts, n_new, tokens, B, T, h=None, chain:list[int]|None=None):
-        "One pass over `tokens` [B, T] appended at `starts` (the cache already holds their pages); returns logits, hidden. With `chain` (steps per row), the greedy tokens [B, max(chain)] of a chain of passes (`smallem_chain`)."
+    def __call__(self, cache, sids, starts, n_new, tokens, B, T, h=None, chain:list[int]|None=None, temperature:float=0.0, generator=None):
+        "One pass over `tokens` [B, T] appended at `starts` (the cache already holds their pages); returns logits, hidden. With `chain` (steps per row), the tokens [B, max(chain)] of a chain of passes (`smallem_chain`) and, when sampling, the probabilities they were drawn from [B, max(chain), V]."
         c, R = self.cfg, B * T
         a = self.main['args'] if h is None else self.mtp['args']
         P = max(1, max(len(cache.pages[s]) for s in sids))
@@ -367,12 +434,38 @@ class FusedPass:
             a.h_in = h.data_ptr()
         if chain is not None:
             K = max(chain); toks = torch.empty(B, K, dtype=torch.long); steps = (ctypes.c_long * B)(*chain)
-            self.lib.smallem_chain(ctypes.byref(a), K, ctypes.addressof(steps), toks.data_ptr())
-            return toks
+            if temperature > 0:
+                u, q = torch.rand(B, K, generator=generator, dtype=torch.float64), torch.empty(B, K, V)
+                self.lib.smallem_chain(ctypes.byref(a), K, ctypes.addressof(steps), toks.data_ptr(), temperature, u.data_ptr(), q.data_ptr())
+                return toks, q
+            self.lib.smallem_chain(ctypes.byref(a), K, ctypes.addressof(steps), toks.data_ptr(), 0.0, None, None)
+            return toks, None
         self.lib.smallem_pass(ctypes.byref(a))
         logits = out[R * D:R * (D + V)].view(B, T, V)
         logits.rows_argmax = out[R * (D + V):].view(torch.int64).view(B, T)   # `generate.argmax` uses it
         return logits, out[:R * D].view(B, T, D)
+
+# %% ../nbs/12a_fused_cpu.ipynb #3b9d9e90
+def sample_logits(logits:torch.Tensor, temperature:float, generator=None) -> torch.Tensor:  # [..., V] -> [...]
+    "One draw from softmax(logits / temperature) per row, in the fused library (the uniforms from `generator`)."
+    lib, V = load_kernel(required=True), logits.shape[-1]
+    rows = logits.reshape(-1, V).float().contiguous(); n = rows.shape[0]
+    u, p, tok = torch.rand(n, generator=generator, dtype=torch.float64), torch.empty(n, V), torch.empty(n, dtype=torch.long)
+    lib.smallem_sample(rows.data_ptr(), n, V, temperature, u.data_ptr(), p.data_ptr(), tok.data_ptr())
+    return tok.view(logits.shape[:-1])
+
+_MODES = {True: 0, False: 1, 'accept': 2}
+def decide_sampled(logits:torch.Tensor, temperature:float, q:torch.Tensor, d:torch.Tensor, ks:list[int], generator=None,
+                   residual:bool|str=True) -> list[list[int]]:
+    "The speculative sampling rule for a batch in one call: target logits [B, k+1, V], q [B, k, V], proposals d [B, k], `ks[b]` of them counting; per row the accepted tokens, the drawn one, -1 padding, then the number accepted."
+    lib = load_kernel(required=True)
+    B, k1, V = logits.shape
+    lg, q, d = logits.float().contiguous(), q.float().contiguous(), d.long().contiguous()
+    u = torch.rand(B, k1, generator=generator, dtype=torch.float64)
+    nprop, out, work = (ctypes.c_long * B)(*ks), torch.empty(B, k1 + 1, dtype=torch.long), torch.empty(V)
+    lib.smallem_decide(B, k1 - 1, V, lg.data_ptr(), temperature, q.data_ptr(), d.data_ptr(), ctypes.addressof(nprop), u.data_ptr(),
+                       _MODES[residual], work.data_ptr(), out.data_ptr())
+    return out.tolist()
 
 # %% ../nbs/12a_fused_cpu.ipynb #5e3add15
 def _median_us(f, reps:int) -> float:

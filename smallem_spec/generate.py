@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from .corpus import SmallemError, preset_name, load_tokenizer, validation_prompts
 from .model import Smallem
+from .fused import load_kernel, sample_logits
 
 # %% auto #0
 __all__ = ['check_temperature', 'probs_at', 'argmax', 'take_rows', 'sample_probs', 'next_token', 'check_prompts', 'pages_needed',
@@ -41,13 +42,20 @@ def take_rows(x:torch.Tensor, idx:list[int]) -> torch.Tensor:  # [B, T, V] -> [B
     return out
 
 def sample_probs(probs:torch.Tensor, generator:torch.Generator|None=None) -> torch.Tensor:  # [..., V] -> [...]
-    "One draw from each row of `probs` by the exponential race (no host sync)."
+    "One draw from each row of `probs` (weights: rows need not sum to 1): the exponential race on a GPU (no host sync), the inverse CDF on a CPU."
+    if probs.device.type == 'cpu':
+        c = probs.double().cumsum(-1)
+        u = torch.rand(c.shape[:-1] + (1,), generator=generator, dtype=torch.float64) * c[..., -1:]
+        return torch.searchsorted(c, u, right=True)[..., 0].clamp_(max=probs.shape[-1] - 1)
     e = torch.empty_like(probs).exponential_(generator=generator)
     return argmax(probs / e)
 
 def next_token(logits:torch.Tensor, temperature:float=0.0, generator=None) -> torch.Tensor:  # [B, V] -> [B]
     "Greedy at temperature 0, else a sample from softmax(logits / temperature)."
-    return argmax(logits) if temperature == 0 else sample_probs(probs_at(logits, temperature), generator)
+    if temperature == 0: return argmax(logits)
+    if logits.device.type == 'cpu' and logits.dtype == torch.float32 and logits.shape[-1] % 16 == 0 and load_kernel() is not None:
+        return sample_logits(logits, temperature, generator)      # softmax and draw in one call of the fused library
+    return sample_probs(probs_at(logits, temperature), generator)
 
 # %% ../nbs/04_generate.ipynb #229d69bf
 def check_prompts(prompts, vocab_size:int, max_len:int) -> list[list[int]]:

@@ -42,17 +42,17 @@ class MTPProposer(Proposer):
             x = torch.zeros(len(rows), W, dtype=torch.long, device=dev)
             for i, (r, n) in enumerate(zip(rows, n_new)):
                 if n: h[i, :n] = self.h[r][-n:]; x[i, :n] = torch.tensor(self.nxt[r][-n:], device=dev)
-        chained = temperature == 0 and hasattr(t, 'greedy_chain')
+        chained = hasattr(t, 'chain')
         if chained:
             self.true_len = {r: self.cache.length(s) + n for r, s, n in zip(rows, sids, n_new)}
-            d = t.greedy_chain(x, self.cache, sids, n_new, ks, h=h)            # the fused kernel: k guesses in one call
-            chained = d is not None
+            dq = t.chain(x, self.cache, sids, n_new, ks, h=h, temperature=temperature, generator=generator)  # the fused kernel: k guesses in one call
+            chained = dq is not None
         if not chained:
             logits, state = t.mtp_forward(h, x, self.cache, sids, n_new)
             self.true_len = {r: self.cache.length(s) for r, s in zip(rows, sids)}
         for r, n in zip(rows, n_new):
             if n: self.h[r], self.nxt[r] = self.h[r][:0], []                   # consumed
-        if chained: return d, None
+        if chained: return dq
         last = [max(n - 1, 0) for n in n_new]
         lg, st = take_rows(logits, last), take_rows(state, last)                # [A, V], [A, D]
         toks, qs = [], []

@@ -9,6 +9,7 @@ import torch
 from .corpus import SmallemError
 from .model import Smallem
 import numpy as np
+from .fused import load_kernel, decide_sampled
 from .generate import argmax, take_rows, check_prompts, check_temperature, next_token, probs_at, prefill, sample_probs
 
 # %% auto #0
@@ -99,9 +100,9 @@ class DraftProposer(Proposer):
         pending = [self.ctx[r][self.cache.length(s):] if k > 0 else [] for r, s, k in zip(rows, sids, ks)]
         W = max(len(p) for p in pending)
         x = torch.tensor([p + [0] * (W - len(p)) for p in pending], device=dev)          # [A, W]
-        if temperature == 0 and hasattr(m, 'greedy_chain'):                           # the fused kernel: k guesses in one call
-            d = m.greedy_chain(x, self.cache, sids, [len(p) for p in pending], ks)
-            if d is not None: return d, None
+        if hasattr(m, 'chain'):                                                       # the fused kernel: k guesses in one call
+            dq = m.chain(x, self.cache, sids, [len(p) for p in pending], ks, temperature=temperature, generator=generator)
+            if dq is not None: return dq
         logits = take_rows(m(x, self.cache, sids, n_new=[len(p) for p in pending]), [max(len(p) - 1, 0) for p in pending])  # [A, V]
         toks, qs = [], []
         for i in range(K):
@@ -191,6 +192,8 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
                 t2 = clock()
                 if K > 0 and temperature == 0 and dev.type == 'cpu':                 # a few integers: plain Python is the fastest
                     both = [_greedy_row(b, dr, kb) for b, dr, kb in zip(argmax(lg).tolist(), d.tolist(), ks)]
+                elif K > 0 and dev.type == 'cpu' and lg.shape[-1] % 16 == 0 and load_kernel() is not None:   # the sampling rule in one call
+                    both = decide_sampled(lg, temperature, q, d, ks, generator, _residual)
                 else:
                     if K > 0: toks, n = _decide(lg, d, q, None if min(ks) == K else torch.tensor(ks, device=dev), temperature, generator, _residual)
                     else: toks, n = next_token(take_rows(lg, [0] * len(rows)), temperature, generator)[:, None], torch.zeros(len(rows), dtype=torch.long, device=dev)

