@@ -18,7 +18,7 @@ from .cost import AdaptiveK, HeuristicK, expected_tokens_pos, predicted_speedup
 from .train import load_or_train
 from .fast import FastSmallem
 from .fused import cpu_info
-from .generate import probs_at, sample_probs
+from .generate import argmax, probs_at, sample_probs
 
 # %% auto #0
 __all__ = ['PROPOSERS', 'mtp_step_time', 'ngram_step_time', 'decide_time', 'measure_costs', 'make_proposer', 'cpu_name',
@@ -50,20 +50,27 @@ def ngram_step_time(prompts, n:int=3, k:int=4, reps:int=200) -> float:
 
 @torch.inference_mode()
 def decide_time(batch:int, k:int, vocab:int, temperature:float, reps:int=30, device='cpu', lookup:bool=False) -> float:
-    "Median seconds of a round's token arithmetic outside the passes: k proposals drawn (softmax and draw; for `lookup`, one-hot q) and the decision."
+    "Median seconds of a round's token arithmetic outside the passes, as the loop does it on this device: k proposals drawn (softmax and draw; for `lookup`, one-hot q) and the decision."
     from smallem_spec.verify import _sampled
-    from smallem_spec.spec import _greedy
+    from smallem_spec.spec import _greedy, _greedy_row
+    from smallem_spec.fused import load_kernel, decide_sampled, sample_logits
     g = torch.Generator(device).manual_seed(0)
     lg = torch.randn(batch, k + 1, vocab, generator=g, device=device) * 3
+    host = torch.device(device).type == 'cpu' and vocab % 16 == 0 and load_kernel() is not None   # the fused library's paths
     def f():
         if temperature == 0:
+            if torch.device(device).type == 'cpu':
+                return [_greedy_row(b, dr, k) for b, dr in zip(argmax(lg).tolist(), argmax(lg[:, :k]).tolist())]
             d = torch.stack([lg[:, i].argmax(-1) for i in range(k)], 1)
             return _greedy(lg, d)[1].tolist()
         if lookup:
             d = lg[:, :k].argmax(-1); q = torch.nn.functional.one_hot(d, vocab).float()
+        elif host:
+            d = torch.stack([sample_logits(lg[:, i], temperature, g) for i in range(k)], 1); q = probs_at(lg[:, :k], temperature)
         else:
             qs = [probs_at(lg[:, i], temperature) for i in range(k)]
             d = torch.stack([sample_probs(q, g) for q in qs], 1); q = torch.stack(qs, 1)
+        if host: return decide_sampled(lg, temperature, q, d, [k] * batch, g)
         return _sampled(probs_at(lg, temperature), q, d, None, g)[1].tolist()
     for _ in range(3): f()
     ts = []
@@ -115,19 +122,17 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
     chunks = [prompts[i:i + batch] for i in range(0, len(prompts), batch)]
     secs, texts, agg = 0., [], {'pos_proposed': None, 'pos_accepted': None, 'row_rounds': 0, 'accepted': 0, 'proposed': 0,
                                  'k_used': [], 'passes': 0, 'rounds': 0, 't_host': 0., 'row_slots': 0}
+    pol, kk = None, k
+    if k == 'adaptive':   # one policy for the whole row: what it learns of this machine and proposer carries from prompt to prompt
+        kk = 6; s = costs['s_lookup' if proposer == 'ngram' else 's'][temperature]
+        pol = AdaptiveK(kk, costs['c'][proposer], lambda j: costs['v'][j] + s[j])
     for i, ch in enumerate(chunks):
         g = torch.Generator(dev).manual_seed(seed + i)
         _sync(dev); t0 = time.perf_counter()
         if proposer == 'none':
             out, st = generate(target, ch, new_tokens, temperature, g, return_stats=True)
         else:
-            pol = None
-            kk = k
-            if k == 'adaptive':
-                kk = 6; s = costs['s_lookup' if proposer == 'ngram' else 's'][temperature]
-                pol = AdaptiveK(kk, costs['c'][proposer], lambda j: costs['v'][j] + s[j])
-            elif k == 'heuristic':
-                kk = 6; pol = HeuristicK(kk)
+            if k == 'heuristic': kk = 6; pol = HeuristicK(kk)
             out, st = speculative_generate(target, make_proposer(proposer, target, models), ch, new_tokens, kk, temperature, g, k_policy=pol)
         _sync(dev); secs += time.perf_counter() - t0
         texts += out

@@ -58,43 +58,62 @@ def best_k(alphas:list[float], c:float, v, h:float=0.0) -> tuple[int, float]:
 
 # %% ../nbs/09_cost_model.ipynb #98b9bead
 class AdaptiveK:
-    "Pick k each round (0: a plain step) from decayed per-position acceptance and the cost of a round as timed in the loop."
+    "Pick k each round from decayed per-position acceptance and what rounds cost in the loop; k = 0 (plain steps) where no k pays."
     def __init__(self, kmax:int, c:float, v, h:float=0.0, decay:float=0.957, prior:float=2.0, k0:int=2,
-                 timed:bool=True,          # learn the per-round overhead h from the loop's own clock
-                 probe_every:int=16,       # while plain steps are predicted faster, speculate once every this many rounds
-                 plain_every:int=64):      # re-time a plain step this often
+                 timed:bool=True,          # time rounds with the loop's clock and price each k by what it cost there
+                 probe_every:int=16,       # plain steps before speculating again (doubling after each probe that fails, up to 16 times)
+                 probe_rounds:int=8,       # speculative rounds a probe lasts (its first pays the proposer's catch-up and is not timed)
+                 plain_every:int=64):      # re-time plain steps after this many rounds
         if kmax < 1: raise SmallemError(f"kmax must be >= 1 (got {kmax})")
         self.kmax, self.c, self.v, self.h, self.decay, self.prior = kmax, c, v, h, decay, prior
         self.acc, self.seen = [0.0] * kmax, [0.0] * kmax
-        self.k = min(k0, kmax)
-        self.timed, self.probe_every, self.plain_every = timed, probe_every, plain_every
-        self.t_plain, self.rounds, self.idle, self._t0 = None, 0, 0, None
+        self.k, self.steps, self.timed, self.plain_every = min(k0, kmax), 1, timed, plain_every
+        self.probe_every, self.probe_rounds, self.stretch, self._burst = probe_every, probe_rounds, probe_every, 0
+        self.t_plain, self.rounds, self._t0, self._prev, self._hs, self.costs, self._left = None, 0, None, 0, [], {}, 0
+
     def alphas(self):
         "Per-position estimates, each shrunk toward the one before it (the first toward 1/2)."
         out, prev = [], 0.5
         for a, s in zip(self.acc, self.seen):
             prev = (a + self.prior * prev) / (s + self.prior); out.append(prev)
         return out
+    def cost(self, k:int) -> float:
+        "A round at k in plain steps: as measured in the loop where k has run, else k c + v(k) + h."
+        return self.costs.get(k, round_cost(k, self.c, self.v) + self.h)
+    def gains(self) -> dict:
+        "Predicted speed-up of each k: expected tokens over cost."
+        a = self.alphas()
+        return {k: expected_tokens_pos(a[:k]) / self.cost(k) for k in range(1, self.kmax + 1)}
+
     def choose(self) -> int:
-        "The k of the next round: the best predicted, or 0 when no k is predicted to beat a plain step (probing now and then)."
-        self.rounds += 1
-        if self.timed and (self.t_plain is None or self.rounds % self.plain_every == 0): k = 0
-        else:
-            k, s = best_k(self.alphas(), self.c, self.v, self.h)
-            if s < 1.0:
-                self.idle += 1
-                if self.idle % self.probe_every: k = 0
-            else: self.idle = 0
+        "The k of the next round; 0 asks the loop for `self.steps` plain steps."
+        self.rounds += 1; self.steps = 1
+        g = self.gains(); k = max(g, key=g.get)
+        if not self.timed:                              # no clock (simulations): probe once every probe_every rounds
+            if g[k] < 1.0 and self.rounds % self.probe_every: k = 0
+        elif self._left > 0: k, self.steps, self._left = 0, self._left, 0          # a stretch the end of a text cut short
+        elif self.t_plain is None or self.rounds % self.plain_every == 0: k, self.steps = 0, 4     # time plain steps
+        elif self._burst > 0: self._burst -= 1         # a probe: speculate whatever the estimates say
+        elif g[k] < 1.0:                                # no k pays: plain steps, then probe again
+            k, self.steps, self._burst = 0, self.stretch, self.probe_rounds
+            self.stretch = min(2 * self.stretch, 16 * self.probe_every)
+        else: self.stretch = self.probe_every
         self.k, self._t0 = k, time.perf_counter()
         return k
-    def update(self, k:int, n_accepted:list[int], ks:list[int]):
-        "Time the round; count, for each row, the positions it reached and which of them were accepted."
+
+    def update(self, k:int, n_accepted:list[int], ks:list[int], steps:int=1):
+        "Time the round (or the plain steps); count, for each row, the positions it reached and which of them were accepted."
         dt = time.perf_counter() - self._t0 if (self.timed and self._t0 is not None) else None
-        if k == 0:       # a plain step: it times the unit every cost is priced in, and teaches nothing about acceptance
-            if dt is not None: self.t_plain = dt if self.t_plain is None else 0.75 * self.t_plain + 0.25 * dt
+        prev, self._prev = self._prev, k
+        if k == 0:       # plain steps time the unit every cost is priced in, and teach nothing about acceptance
+            if dt is not None: self.t_plain = dt / steps if self.t_plain is None else 0.75 * self.t_plain + 0.25 * dt / steps
+            self._left = max(0, self.steps - steps) if self.steps > 4 else 0     # the rest of a stretch goes on in the next text
             return
-        if dt is not None and self.t_plain:   # what the round cost beyond its passes, in plain steps
-            self.h = 0.8 * self.h + 0.2 * max(0.0, dt / self.t_plain - round_cost(k, self.c, self.v))
+        if dt is not None and self.t_plain and prev != 0:   # (after plain steps a drafter catches up: not a round's usual cost)
+            cost = dt / self.t_plain
+            self.costs[k] = cost if k not in self.costs else 0.8 * self.costs[k] + 0.2 * cost
+            self._hs = (self._hs + [cost - round_cost(k, self.c, self.v)])[-9:]
+            self.h = sorted(self._hs)[len(self._hs) // 2]    # for the k not yet run: the median excess over k c + v(k)
         self.acc = [a * self.decay for a in self.acc]; self.seen = [s * self.decay for s in self.seen]
         for n, kb in zip(n_accepted, ks):
             for j in range(min(n + 1, kb)):
@@ -107,7 +126,7 @@ class HeuristicK:
     "transformers' schedule: k += 2 after a fully accepted round, k -= 1 otherwise."
     def __init__(self, kmax:int=8, k0:int=5): self.kmax, self.k = kmax, min(k0, kmax)
     def choose(self) -> int: return self.k
-    def update(self, k, n_accepted, ks):
+    def update(self, k, n_accepted, ks, steps:int=1):
         full = all(n >= kb for n, kb in zip(n_accepted, ks))
         self.k = min(self.kmax, self.k + 2) if full else max(1, self.k - 1)
     def __repr__(self): return f"HeuristicK(k={self.k})"

@@ -84,8 +84,9 @@ class Proposer:
 # %% ../nbs/05_greedy.ipynb #3ad0b1ac
 class DraftProposer(Proposer):
     "Proposes with a draft model (any Smallem sharing the target's tokenizer), with its own paged cache."
-    def __init__(self, model:Smallem):
-        self.model, self.vocab_size = model, model.cfg.vocab_size
+    def __init__(self, model:Smallem,
+                 catchup:int=64):   # after plain steps, a row more than this many tokens behind restarts on its last `catchup` tokens
+        self.model, self.vocab_size, self.catchup = model, model.cfg.vocab_size, catchup
         self.manifest = getattr(model, 'manifest', None)
     def __repr__(self): return f"DraftProposer({self.model.cfg.n_layers} layers)"
 
@@ -93,11 +94,16 @@ class DraftProposer(Proposer):
         self.cache = self.model.new_cache(capacity=capacity or [self.model.cfg.max_seq_len] * len(prompts))
         self.sids = [self.cache.new_seq() for _ in prompts]
         self.ctx = [list(p) + [t] for p, t in zip(prompts, first_tokens)]   # the true text of each row
+        self.off = [0] * len(prompts)                                       # tokens of ctx before the cache's first
 
     def propose(self, rows, ks, temperature=0.0, generator=None):
         m, K, dev = self.model, max(ks), self.model.device
+        for r, k in zip(rows, ks):   # read before, and far behind now (after plain steps): read only the last tokens, as a new text
+            n = self.cache.length(self.sids[r])
+            if k > 0 and n > 0 and len(self.ctx[r]) - self.off[r] - n > self.catchup:
+                self.cache.free(self.sids[r]); self.sids[r] = self.cache.new_seq(); self.off[r] = len(self.ctx[r]) - self.catchup
         sids = [self.sids[r] for r in rows]
-        pending = [self.ctx[r][self.cache.length(s):] if k > 0 else [] for r, s, k in zip(rows, sids, ks)]
+        pending = [self.ctx[r][self.off[r] + self.cache.length(s):] if k > 0 else [] for r, s, k in zip(rows, sids, ks)]
         W = max(len(p) for p in pending)
         x = torch.tensor([p + [0] * (W - len(p)) for p in pending], device=dev)          # [A, W]
         if hasattr(m, 'chain'):                                                       # the fused kernel: k guesses in one call
@@ -116,7 +122,7 @@ class DraftProposer(Proposer):
 
     def accept(self, rows, emitted, hidden=None):
         for r, em in zip(rows, emitted):
-            s, known = self.sids[r], len(self.ctx[r])
+            s, known = self.sids[r], len(self.ctx[r]) - self.off[r]
             self.cache.keep(s, min(self.cache.length(s), known + len(em) - 1))
             self.ctx[r].extend(em)
 
@@ -183,20 +189,30 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
                 ks = [min(kr, budget[b] - len(out[b]) - 1) for b in rows]
                 K = max(ks)
                 t0 = clock(); tp['bookkeeping'] += t0 - t5
-                if K > 0: d, q = proposer.propose(rows, ks, temperature, generator)   # [A, K], [A, K, V] | None
-                else: d, q = torch.empty(len(rows), 0, dtype=torch.long, device=dev), None
+                if K == 0:   # plain steps, as tight as `generate`: the proposer hears of them once, at the end
+                    m = max(1, min([getattr(k_policy, 'steps', 1)] + [budget[b] - len(out[b]) for b in rows]))
+                    ems, hs = _plain_steps(target, cache, [sids[b] for b in rows], [last[b] for b in rows], m, temperature, generator, proposer.needs_hidden)
+                    t3 = clock()
+                    for em, b in zip(ems, rows): out[b].extend(em); last[b] = em[-1]
+                    proposer.accept(rows, ems, hs)
+                    t5 = clock()
+                    if k_policy is not None: k_policy.update(0, [0] * len(rows), [0] * len(rows), steps=m)
+                    st['log'] += [(0, [0] * len(rows), [0] * len(rows))] * m
+                    tp['verify'] += t3 - t0; tp['accept'] += t5 - t3
+                    if on_round is not None: on_round(cache, sids, out)
+                    continue
+                d, q = proposer.propose(rows, ks, temperature, generator)             # [A, K], [A, K, V] | None
                 _sync(dev); t1 = clock()
                 x = torch.cat([torch.tensor([[last[b]] for b in rows], device=dev), d], 1)   # [A, K+1]
                 res = target(x, cache, [sids[b] for b in rows], n_new=[kb + 1 for kb in ks], return_hidden=proposer.needs_hidden)
                 lg, h = res if isinstance(res, tuple) else (res, None)
                 t2 = clock()
-                if K > 0 and temperature == 0 and dev.type == 'cpu':                 # a few integers: plain Python is the fastest
+                if temperature == 0 and dev.type == 'cpu':                           # a few integers: plain Python is the fastest
                     both = [_greedy_row(b, dr, kb) for b, dr, kb in zip(argmax(lg).tolist(), d.tolist(), ks)]
-                elif K > 0 and dev.type == 'cpu' and lg.shape[-1] % 16 == 0 and load_kernel() is not None:   # the sampling rule in one call
+                elif dev.type == 'cpu' and lg.shape[-1] % 16 == 0 and load_kernel() is not None:   # the sampling rule in one call
                     both = decide_sampled(lg, temperature, q, d, ks, generator, _residual)
                 else:
-                    if K > 0: toks, n = _decide(lg, d, q, None if min(ks) == K else torch.tensor(ks, device=dev), temperature, generator, _residual)
-                    else: toks, n = next_token(take_rows(lg, [0] * len(rows)), temperature, generator)[:, None], torch.zeros(len(rows), dtype=torch.long, device=dev)
+                    toks, n = _decide(lg, d, q, None if min(ks) == K else torch.tensor(ks, device=dev), temperature, generator, _residual)
                     both = torch.cat([toks, n[:, None]], 1).tolist()                 # the one host sync of the round
                 _sync(dev); t3 = clock()
                 emitted, ns = [], []
@@ -216,6 +232,16 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
         for s in sids: cache.free(s)
     st['t_total'] = clock() - t_start
     return out, _finish_stats(st, out)
+
+def _plain_steps(target, cache, sids, last, m, temperature, generator, hidden:bool):
+    "m plain steps of rows continuing from tokens `last`: the emitted tokens of each row, and the hidden states [A, m, D] if asked."
+    x, xs, hs = torch.tensor([[t] for t in last], device=target.device), [], []
+    for _ in range(m):
+        res = target(x, cache, sids, return_hidden=hidden)
+        lg, h = res if isinstance(res, tuple) else (res, None)
+        if hidden: hs.append(h)
+        x = next_token(take_rows(lg, [0] * len(sids)), temperature, generator)[:, None]; xs.append(x)
+    return torch.cat(xs, 1).tolist(), (torch.cat(hs, 1) if hidden else None)
 
 def _finish_stats(st, out):
     "Aggregate the round log: counts, per-position acceptance, tokens per round, and where the time went."
