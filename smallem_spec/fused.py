@@ -449,6 +449,7 @@ class FusedPass:
 def sample_logits(logits:torch.Tensor, temperature:float, generator=None) -> torch.Tensor:  # [..., V] -> [...]
     "One draw from softmax(logits / temperature) per row, in the fused library (the uniforms from `generator`)."
     lib, V = load_kernel(required=True), logits.shape[-1]
+    if V % 16: raise SmallemError(f"the fused library samples vocabularies in multiples of 16 (got {V})")
     rows = logits.reshape(-1, V).float().contiguous(); n = rows.shape[0]
     u, p, tok = torch.rand(n, generator=generator, dtype=torch.float64), torch.empty(n, V), torch.empty(n, dtype=torch.long)
     lib.smallem_sample(rows.data_ptr(), n, V, temperature, u.data_ptr(), p.data_ptr(), tok.data_ptr())
@@ -460,6 +461,9 @@ def decide_sampled(logits:torch.Tensor, temperature:float, q:torch.Tensor, d:tor
     "The speculative sampling rule for a batch in one call: target logits [B, k+1, V], q [B, k, V], proposals d [B, k], `ks[b]` of them counting; per row the accepted tokens, the drawn one, -1 padding, then the number accepted."
     lib = load_kernel(required=True)
     B, k1, V = logits.shape
+    if V % 16: raise SmallemError(f"the fused library samples vocabularies in multiples of 16 (got {V})")
+    if q.shape != (B, k1 - 1, V) or d.shape != (B, k1 - 1) or len(ks) != B or not all(0 <= k < k1 for k in ks):
+        raise SmallemError(f"inconsistent shapes: logits {tuple(logits.shape)}, q {tuple(q.shape)}, d {tuple(d.shape)}, {len(ks)} proposal counts")
     lg, q, d = logits.float().contiguous(), q.float().contiguous(), d.long().contiguous()
     u = torch.rand(B, k1, generator=generator, dtype=torch.float64)
     nprop, out, work = (ctypes.c_long * B)(*ks), torch.empty(B, k1 + 1, dtype=torch.long), torch.empty(V)

@@ -29,6 +29,9 @@ def test_help(cmd):
     ('smallem_bench', ['--preset', 'huge'], 'unknown preset'),
     ('smallem_kernels', ['--reps', '1'], 'need --reps'),
     ('smallem_kernels', ['--preset', 'huge'], 'unknown preset'),
+    ('smallem_kernels', ['--json', '/nonexistent/dir/k.json'], 'cannot write --json'),
+    ('smallem_bench', ['--json', '/nonexistent/dir/b.json'], 'cannot write --json'),
+    ('smallem_bench', ['--plot', '/nonexistent/dir/b.png'], 'cannot write --plot'),
 ])
 def test_bad_flags(cmd, args, msg):
     r = run(cmd, *args)

@@ -1,0 +1,114 @@
+"""The fused CPU kernel: same function as the reference, one token's logits independent of the rows it shares a pass
+with, proposer chains equal to step-by-step passes, the sampling rule exact (with its planted bias rejected), the
+policy that stops speculating where it does not pay, and the fallback when the kernel cannot be used."""
+import os, subprocess, sys
+import pytest, torch
+import smallem_spec.verify as V
+from smallem_spec.fast import FastSmallem
+from smallem_spec.fused import load_kernel, decide_sampled, sample_logits, cpu_info
+from smallem_spec.generate import generate
+from smallem_spec.spec import speculative_generate, ConstantProposer
+from smallem_spec.cost import AdaptiveK
+
+pytestmark = pytest.mark.skipif(load_kernel() is None, reason="no C compiler: the fused kernel cannot be built here")
+
+@pytest.fixture(scope='module')
+def fast(cpu_models):
+    return {n: FastSmallem(m) for n, m in cpu_models.items()}
+
+def test_kernel_is_the_default_on_cpu(fast):
+    assert all(f.kernel == 'fused' for f in fast.values())
+    info = cpu_info()
+    assert info['model'] and info['kind'] and info['torch'] == torch.__version__
+
+def test_rows_do_not_change_a_tokens_logits(fast):
+    "A verify-shaped pass over 4 tokens, the same tokens one at a time, and the same row inside a batch of 8: equal bits."
+    t = fast['target']
+    x = torch.randint(1, t.cfg.vocab_size, (1, 40), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        c = t.new_cache(capacity=[40] * 10); s = [c.new_seq() for _ in range(10)]
+        t(x[:, :36].expand(10, 36), c, s)
+        four = t(x[:, 36:40], c, s[:1])
+        ones = torch.cat([t(x[:, 36 + i:37 + i], c, s[1:2]) for i in range(4)], 1)
+        batch = t(x[:, 36:37].expand(8, 1), c, s[2:])
+    assert torch.equal(four, ones), (four - ones).abs().max()
+    assert all(torch.equal(batch[i, 0], ones[0, 0]) for i in range(8))
+
+@pytest.mark.parametrize('T', [0.0, 1.0])
+def test_chain_equals_step_by_step(fast, T):
+    "k guesses of one call of the fused kernel == the same guesses pass by pass (the same generator stream at T > 0)."
+    d = fast['draft2']; k = 4
+    x = torch.randint(1, d.cfg.vocab_size, (3, 20), generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        c1, c2 = d.new_cache(capacity=[40] * 3), d.new_cache(capacity=[40] * 3)
+        s1, s2 = [c1.new_seq() for _ in range(3)], [c2.new_seq() for _ in range(3)]
+        toks, q = d.chain(x, c1, s1, [20, 18, 20], [k, k, 2], temperature=T, generator=torch.Generator().manual_seed(7))
+        lg = d(x, c2, s2, n_new=[20, 18, 20]); last = [19, 17, 19]
+        g = torch.Generator().manual_seed(7); u = torch.rand(3, k, generator=g, dtype=torch.float64) if T else None
+        ref = []
+        for i in range(k):
+            row = lg[torch.arange(3), last]
+            if T == 0: t = row.argmax(-1)
+            else:
+                p = torch.softmax(row / T, -1).double(); cdf = p.cumsum(-1)
+                t = torch.searchsorted(cdf, (u[:, i] * cdf[:, -1])[:, None], right=True)[:, 0]
+                assert torch.allclose(q[:, i].double(), p, atol=1e-6)
+            ref.append(t)
+            lg = d(t[:, None], c2, s2, n_new=[1, 1, int(i < 1)]); last = [0, 0, 0]
+    ref = torch.stack(ref, 1)
+    assert torch.equal(toks[:2], ref[:2]) and torch.equal(toks[2, :2], ref[2, :2])
+    assert [c1.length(s) for s in s1] == [23, 21, 21]
+
+@pytest.fixture
+def fused_rule(monkeypatch):
+    "Route the toy harness of 06_sampling through the fused library's rule (p given as log-probabilities at T = 1)."
+    def rule(p, q, d, n_proposed, generator, residual=True):
+        B, k = d.shape
+        ks = [k] * B if n_proposed is None else n_proposed.tolist()
+        out = torch.tensor(decide_sampled(p.clamp_min(1e-30).log(), 1.0, q, d, ks, generator, residual))
+        return out[:, :k + 1], out[:, k + 1]
+    monkeypatch.setattr(V, '_sampled', rule)
+
+def test_fused_rule_per_position(fused_rule):
+    "60,000 toy generations, 3 positions, two laws (adversarial q included): 6 chi-squared tests at 0.1% (false-failure rate 0.6%)."
+    for kw in (dict(), dict(adversarial=True, scale=3.0)):
+        for r in V.position_test(60_000, seed=4, V=48, **kw):
+            assert r['stat'] < r['threshold'], f"{kw} position {r['position']}: chi2 {r['stat']:.1f} >= {r['threshold']:.1f}"
+
+def test_fused_rule_planted_bias_rejected(fused_rule):
+    "The realistic bug (correction drawn from p instead of the residual) is rejected by the same test."
+    assert any(r["stat"] > r["threshold"] for r in V.position_test(60_000, seed=4, V=48, residual=False))
+
+def test_sample_logits_is_exact():
+    "200,000 draws from softmax(z / 0.7), V = 32: chi-squared at 0.1% (false-failure rate 0.1%); a shifted law is rejected."
+    import numpy as np, scipy.stats as ss
+    g = torch.Generator().manual_seed(11)
+    z = torch.randn(32, generator=g) * 2
+    x = sample_logits(z.expand(200_000, 32).contiguous(), 0.7, g)
+    obs = torch.bincount(x, minlength=32).double().numpy()
+    for p, want in ((torch.softmax(z / 0.7, -1), True), (torch.softmax(z / 0.75, -1), False)):
+        exp = p.double().numpy() * 200_000
+        stat = ((obs - exp) ** 2 / exp).sum()
+        assert (stat < ss.chi2.ppf(0.999, 31)) == want, (stat, want)
+
+def test_adaptive_stops_a_proposer_that_never_pays(fast, prompts):
+    "A proposer that is never accepted: the policy decodes plainly nearly all the time, and the text is the target's."
+    t = fast['target']
+    pol = AdaptiveK(4, c=0.0, v=lambda k: 1.0)
+    out, st = speculative_generate(t, ConstantProposer(t.cfg.vocab_size), prompts[:2], 120, 4, k_policy=pol)
+    assert out == generate(t, prompts[:2], 120)
+    assert st['k_used'].count(0) / len(st['k_used']) > 0.8, st['k_used']
+
+def test_fallback_without_the_kernel(tmp_path):
+    "SMALLEM_KERNEL=script: the fast path runs its scripted blocks and says so in one line."
+    code = ("import warnings; warnings.simplefilter('always')\n"
+            "from smallem_spec.train import load_or_train; from smallem_spec.fast import FastSmallem\n"
+            "print(FastSmallem(load_or_train('cpu', 'draft2', progress=False)).kernel)")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env={**os.environ, 'SMALLEM_KERNEL': 'script'})
+    assert r.returncode == 0 and r.stdout.strip() == 'script', r.stderr
+    assert 'using the scripted path' in r.stderr
+
+def test_kernel_refused_where_it_cannot_run(cpu_models):
+    from smallem_spec.corpus import SmallemError
+    with pytest.raises(SmallemError, match="kernel must be"): FastSmallem(cpu_models['target'], kernel='cuda')
+    with pytest.raises(SmallemError, match="fp32 models on a CPU"): FastSmallem(cpu_models['target'], kernel='fused', graphs='emulate')
