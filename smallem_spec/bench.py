@@ -65,8 +65,8 @@ def decide_time(batch:int, k:int, vocab:int, temperature:float, reps:int=30, dev
             return _greedy(lg, d)[1].tolist()
         if lookup:
             d = lg[:, :k].argmax(-1); q = torch.nn.functional.one_hot(d, vocab).float()
-        elif host:
-            d = torch.stack([sample_logits(lg[:, i], temperature, g) for i in range(k)], 1); q = probs_at(lg[:, :k], temperature)
+        elif host:   # the loop draws a proposer's k guesses inside one call of the library: time them as one call
+            d = sample_logits(lg[:, :k], temperature, g); q = probs_at(lg[:, :k], temperature)
         else:
             qs = [probs_at(lg[:, i], temperature) for i in range(k)]
             d = torch.stack([sample_probs(q, g) for q in qs], 1); q = torch.stack(qs, 1)
@@ -145,11 +145,12 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
     return dict(seconds=secs, tokens=sum(len(t) for t in texts), texts=texts, **agg)
 
 # %% ../nbs/10_bench.ipynb #b7c35fc5
-def _predict(alphas, ks_used, c, v, t_step, h, s=None, occupancy:float=1.0):
-    "occupancy · E(α_1..α_k) · t_step / ((k·c + v(k) + s(k))·t_step + h), summed over the rounds' k."
+def _predict(alphas, ks_used, c, v, t_step, h, s=None, occupancy:float=1.0, t_unit=None, t1=None):
+    "occupancy · E(α_1..α_k) · t_step / ((k·c + v(k))·t_unit + s(k)·t1 + h), summed over the rounds' k (k = 0: a plain step, one token for t_step + h)."
     if not ks_used: return None
-    num = sum(expected_tokens_pos(alphas[:k]) for k in ks_used) * t_step * occupancy
-    den = sum((k * c + v[k] + (s[k] if s else 0.0)) * t_step + h for k in ks_used)
+    t_unit = t_unit or t_step; t1 = t1 or t_unit
+    num = sum(expected_tokens_pos(alphas[:k]) if k else 1.0 for k in ks_used) * t_step * occupancy
+    den = sum(((k * c + v[k]) * t_unit + (s[k] if s else 0.0) * t1 if k else t_step) + h for k in ks_used)
     return num / den
 
 def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=PROPOSERS, ks=(1, 2, 3, 4, 'adaptive'),
@@ -207,12 +208,14 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
             cst = costs[B]; c = cst['c'][p]
             base = raw[('none', 0, T, B)][-1][0]
             t_step = base['seconds'] / base['passes']                  # a plain step, loop and prefill included
+            g0 = raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)])[-1][0]
+            t_unit = g0['seconds'] / g0['passes']                      # the same without sampling: the unit passes are priced in
             h = last['t_host'] / last['rounds']                        # host time per round, measured in the run
             occ = last['row_rounds'] / last['row_slots']               # < 1 at batch > 1: the batch waits for its slowest row
             s_k = cst['s_lookup' if p == 'ngram' else 's'][T]
-            pred = _predict(alphas, last['k_used'], c, cst['v'], t_step, h, s_k, occ)   # passes priced at the run's own step
+            pred = _predict(alphas, last['k_used'], c, cst['v'], t_step, h, s_k, occ, t_unit, cst['t1'])
             row.update(alpha_per_position=[round(a, 4) if n else None for a, n in zip(alphas, pp)],
-                       host_per_round=round(h / cst['t1'], 3), occupancy=round(occ, 3),
+                       host_per_round=round(h / cst['t1'], 3), occupancy=round(occ, 3), t_step_ms=round(t_step * 1e3, 4), t_unit_ms=round(t_unit * 1e3, 4),
                        tokens_per_round=round((last['accepted'] + last['row_rounds']) / last['row_rounds'], 3),
                        predicted_speedup=round(pred, 3), c=round(c, 3),
                        mean_k=round(statistics.mean(last['k_used']), 2),

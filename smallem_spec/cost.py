@@ -61,8 +61,8 @@ class AdaptiveK:
     "Pick k each round from decayed per-position acceptance and what rounds cost in the loop; k = 0 (plain steps) where no k pays."
     def __init__(self, kmax:int, c:float, v, h:float=0.0, decay:float=0.957, prior:float=2.0, k0:int=2,
                  timed:bool=True,          # time rounds with the loop's clock and price each k by what it cost there
-                 probe_every:int=16,       # plain steps before speculating again (doubling after each probe that fails, up to 16 times)
-                 probe_rounds:int=8,       # speculative rounds a probe lasts (its first pays the proposer's catch-up and is not timed)
+                 probe_every:int=16,       # plain steps before speculating again (doubling after each probe that fails, up to 64 times)
+                 probe_rounds:int=6,       # speculative rounds a probe lasts (its first pays the proposer's catch-up and is not timed)
                  plain_every:int=64):      # re-time plain steps after this many rounds
         if kmax < 1: raise SmallemError(f"kmax must be >= 1 (got {kmax})")
         self.kmax, self.c, self.v, self.h, self.decay, self.prior = kmax, c, v, h, decay, prior
@@ -96,7 +96,7 @@ class AdaptiveK:
         elif self._burst > 0: self._burst -= 1         # a probe: speculate whatever the estimates say
         elif g[k] < 1.0:                                # no k pays: plain steps, then probe again
             k, self.steps, self._burst = 0, self.stretch, self.probe_rounds
-            self.stretch = min(2 * self.stretch, 16 * self.probe_every)
+            self.stretch = min(2 * self.stretch, 64 * self.probe_every)
         else: self.stretch = self.probe_every
         self.k, self._t0 = k, time.perf_counter()
         return k

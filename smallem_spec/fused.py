@@ -484,7 +484,8 @@ def product_times(shapes=((192, 576), (192, 1024), (512, 192), (192, 4096)), row
     with torch.inference_mode():
         for K, N in shapes:
             W = torch.randn(N, K) * 0.02; Wt = W.t().contiguous(); P = pack_panels(Wt)
-            q = torch.ao.nn.quantized.dynamic.Linear(K, N, bias_=False)
+            with warnings.catch_warnings():    # torch warns that quantized tensors are deprecated
+                warnings.simplefilter('ignore'); q = torch.ao.nn.quantized.dynamic.Linear(K, N, bias_=False)
             d = out[f'{K}->{N}'] = {}
             for M in rows:
                 x, y = torch.randn(M, K), torch.empty(M, N)

@@ -85,7 +85,7 @@ class Proposer:
 class DraftProposer(Proposer):
     "Proposes with a draft model (any Smallem sharing the target's tokenizer), with its own paged cache."
     def __init__(self, model:Smallem,
-                 catchup:int=64):   # after plain steps, a row more than this many tokens behind restarts on its last `catchup` tokens
+                 catchup:int=32):   # after plain steps, a row more than this many tokens behind restarts on its last `catchup` tokens
         self.model, self.vocab_size, self.catchup = model, model.cfg.vocab_size, catchup
         self.manifest = getattr(model, 'manifest', None)
     def __repr__(self): return f"DraftProposer({self.model.cfg.n_layers} layers)"
