@@ -266,7 +266,8 @@ def verdict(result:dict) -> str:
         if b['speedup'] < 1.03: out.append(f"{mode}: nothing paid (best {b['proposer']} k={b['k']} x{b['speedup']:.2f})"); continue
         k = b['k'] if isinstance(b['k'], int) else round(b.get('mean_k') or 1)
         a1 = (b['alpha_per_position'] or [None])[0]
-        out.append(f"{mode}: {b['proposer']} k={b['k']} paid most, x{b['speedup']:.2f} (a verify pass over {k + 1} tokens costs "
+        which = f"{b['proposer']} k={b['k']}" if isinstance(b['k'], int) else f"{b['proposer']} with {b['k']} k (mean {b.get('mean_k', 0):.1f})"
+        out.append(f"{mode}: {which} paid most, x{b['speedup']:.2f} (a verify pass over {k + 1} tokens costs "
                    f"{cst['v'][str(k)] if str(k) in cst['v'] else float('nan'):.2f} one-token passes here, a guess {b['c']:.2f} of a pass"
                    + (f", {a1:.0%} of first guesses kept)" if a1 is not None else ")"))
     greedy = [r for r in rows if r['batch'] == B and r['temperature'] == 0]

@@ -70,6 +70,7 @@ class AdaptiveK:
         self.k, self.steps, self.timed, self.plain_every = min(k0, kmax), 1, timed, plain_every
         self.probe_every, self.probe_rounds, self.stretch, self._burst = probe_every, probe_rounds, probe_every, 0
         self.t_plain, self.rounds, self._t0, self._prev, self._hs, self.costs, self._left = None, 0, None, 0, [], {}, 0
+        self.timed_rounds = {}                          # k -> rounds of that k timed so far
 
     def alphas(self):
         "Per-position estimates, each shrunk toward the one before it (the first toward 1/2)."
@@ -85,6 +86,9 @@ class AdaptiveK:
         a = self.alphas()
         return {k: expected_tokens_pos(a[:k]) / self.cost(k) for k in range(1, self.kmax + 1)}
 
+    def start(self):
+        "A new generation begins: its first round pays the proposer's reading of the prompt, so it is not timed."
+        self._prev = 0
     def choose(self) -> int:
         "The k of the next round; 0 asks the loop for `self.steps` plain steps."
         self.rounds += 1; self.steps = 1
@@ -94,7 +98,7 @@ class AdaptiveK:
         elif self._left > 0: k, self.steps, self._left = 0, self._left, 0          # a stretch the end of a text cut short
         elif self.t_plain is None or self.rounds % self.plain_every == 0: k, self.steps = 0, 4     # time plain steps
         elif self._burst > 0: self._burst -= 1         # a probe: speculate whatever the estimates say
-        elif g[k] < 1.0:                                # no k pays: plain steps, then probe again
+        elif g[k] < 1.0 and self.timed_rounds.get(k, 0) >= 3:   # no k pays, by what the best one was seen to cost: plain steps
             k, self.steps, self._burst = 0, self.stretch, self.probe_rounds
             self.stretch = min(2 * self.stretch, 64 * self.probe_every)
         else: self.stretch = self.probe_every
@@ -112,6 +116,7 @@ class AdaptiveK:
         if dt is not None and self.t_plain and prev != 0:   # (after plain steps a drafter catches up: not a round's usual cost)
             cost = dt / self.t_plain
             self.costs[k] = cost if k not in self.costs else 0.8 * self.costs[k] + 0.2 * cost
+            self.timed_rounds[k] = self.timed_rounds.get(k, 0) + 1
             self._hs = (self._hs + [cost - round_cost(k, self.c, self.v)])[-9:]
             self.h = sorted(self._hs)[len(self._hs) // 2]    # for the k not yet run: the median excess over k c + v(k)
         self.acc = [a * self.decay for a in self.acc]; self.seen = [s * self.decay for s in self.seen]

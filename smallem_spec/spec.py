@@ -180,6 +180,7 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
         for b in range(B): out[b].append(first[b])
         last = list(first)                                                       # per row: emitted, not yet read
         proposer.start(prompts, first, hid if proposer.needs_hidden else None, cap)
+        if hasattr(k_policy, 'start'): k_policy.start()                          # a policy that times rounds skips this first one
         try:
             t5 = clock()
             while True:
