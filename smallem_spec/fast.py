@@ -253,13 +253,20 @@ class FastSmallem:
         B, T = tokens.shape
         starts = [cache.lens[cache._sid(s)] for s in sids]
         cache.append(sids, [n + max(k - 1, 0) for n, k in zip(n_new, ks)])    # every token the chain will append
-        return self.fused(cache, sids, starts, n_new, tokens, B, T, h, chain=list(ks), temperature=temperature, generator=generator)
+        return self._fused(cache, sids, starts, n_new, tokens, B, T, h, chain=list(ks), temperature=temperature, generator=generator)
+
+    def _fused(self, cache, sids, starts, *args, **kw):
+        "A call of the fused kernel; on refused input the cache is put back as it was."
+        try: return self.fused(cache, sids, starts, *args, **kw)
+        except SmallemError:
+            for s, st in zip(sids, starts): cache.keep(s, st)
+            raise
 
     def _dispatch(self, kind, cache, sids, n_new, T, B, args):
         if self.fused is not None:                 # one C call runs the pass; the cache's pages are appended first
             starts = [cache.lens[cache._sid(s)] for s in sids]
             cache.append(sids, n_new)
-            return self.fused(cache, sids, starts, n_new, args['tokens'], B, T, args.get('h'))
+            return self._fused(cache, sids, starts, n_new, args['tokens'], B, T, args.get('h'))
         graphed = bool(self.graphs) and cache.pool is not None and T <= 8
         plan = self._plan(cache, sids, n_new, T, static=graphed)
         if graphed: return self._replay(kind, cache, args, plan, B, T)

@@ -219,6 +219,7 @@ long smallem_work_floats(int R, int D, int F, int maxpos, int nthreads) {
 
 int smallem_pass(const pass_args *a) {
   const int R = a->R, T = a->T, D = a->D, H = a->H, hd = a->hd, F = a->F, S = a->S, half = hd / 2, L1 = a->maxpos + 1;
+  for (int r = 0; r < R; r++) if (a->tokens[r] < 0 || a->tokens[r] >= a->V) return 1;   /* refused before anything is read */
   float *qkv = a->work, *o = qkv + (long)R * 3 * D, *gu = o + (long)R * D, *hh = gu + (long)R * 2 * F;
   float *thr = hh + (long)R * (F > D ? F : D);
   const float scale = 1.0f / sqrtf((float)hd);
@@ -293,7 +294,7 @@ int smallem_chain(pass_args *a, int steps, const long *rowsteps, long *out, floa
   long starts[B], nnew[B], tok[B]; float hbuf[a->h_in ? B * D : 1];
   const long *s0 = a->starts, *n0 = a->nnew, *tok0 = a->tokens; const float *h0 = a->h_in; const int R0 = a->R;
   for (int i = 0; i < steps; i++) {
-    smallem_pass(a);
+    if (smallem_pass(a)) { a->R = R0; a->T = T0; a->starts = s0; a->nnew = n0; a->tokens = tok0; a->h_in = h0; return 1; }
     for (int b = 0; b < B; b++) {
       long r = i == 0 ? (long)b * T0 + (n0[b] > 0 ? n0[b] - 1 : 0) : b;
       if (temp > 0) {
@@ -383,6 +384,8 @@ def fused_fits(cfg) -> bool:
     return (cfg.dim % 32 == 0 and cfg.ffn_dim % 16 == 0 and cfg.vocab_size % 32 == 0 and cfg.head_dim % 16 == 0
             and cfg.head_dim <= 128 and cfg.head_dim % 2 == 0)
 
+def _bad_token(V): raise SmallemError(f"a token id outside the vocabulary [0, {V})")
+
 class FusedPass:
     "A trained Smallem's weights packed for the fused kernel, and the call that runs one pass (or one MTP pass) over a cache."
     def __init__(self, model, perm:torch.Tensor, lib=None):
@@ -415,6 +418,11 @@ class FusedPass:
         "One pass over `tokens` [B, T] appended at `starts` (the cache already holds their pages); returns logits, hidden. With `chain` (steps per row), the tokens [B, max(chain)] of a chain of passes (`smallem_chain`) and, when sampling, the probabilities they were drawn from [B, max(chain), V]."
         c, R = self.cfg, B * T
         a = self.main['args'] if h is None else self.mtp['args']
+        kv = cache.kv   # the kernel trusts these shapes: check them
+        if not (kv.is_contiguous() and kv.dtype == torch.float32 and kv.shape[0] >= a.nl and kv.shape[2] == 2 * c.dim):
+            raise SmallemError(f"the fused kernel needs this model's contiguous fp32 cache with {a.nl} layers (got {tuple(kv.shape)}, {kv.dtype})")
+        if tuple(tokens.shape) != (B, T) or (h is not None and tuple(h.shape) != (B, T, c.dim)):
+            raise SmallemError(f"tokens {tuple(tokens.shape)} / hidden {None if h is None else tuple(h.shape)} do not match [{B}, {T}]")
         P = max(1, max(len(cache.pages[s]) for s in sids))
         vals = [x for s in sids for x in cache.pages[s] + [0] * (P - len(cache.pages[s]))] + list(starts) + list(n_new)
         ints = (ctypes.c_long * len(vals))(*vals)      # a ctypes array: cheaper than a tensor for a few integers
@@ -436,11 +444,11 @@ class FusedPass:
             K = max(chain); toks = torch.empty(B, K, dtype=torch.long); steps = (ctypes.c_long * B)(*chain)
             if temperature > 0:
                 u, q = torch.rand(B, K, generator=generator, dtype=torch.float64), torch.empty(B, K, V)
-                self.lib.smallem_chain(ctypes.byref(a), K, ctypes.addressof(steps), toks.data_ptr(), temperature, u.data_ptr(), q.data_ptr())
+                if self.lib.smallem_chain(ctypes.byref(a), K, ctypes.addressof(steps), toks.data_ptr(), temperature, u.data_ptr(), q.data_ptr()): _bad_token(V)
                 return toks, q
-            self.lib.smallem_chain(ctypes.byref(a), K, ctypes.addressof(steps), toks.data_ptr(), 0.0, None, None)
+            elif self.lib.smallem_chain(ctypes.byref(a), K, ctypes.addressof(steps), toks.data_ptr(), 0.0, None, None): _bad_token(V)
             return toks, None
-        self.lib.smallem_pass(ctypes.byref(a))
+        if self.lib.smallem_pass(ctypes.byref(a)): _bad_token(V)
         logits = out[R * D:R * (D + V)].view(B, T, V)
         logits.rows_argmax = out[R * (D + V):].view(torch.int64).view(B, T)   # `generate.argmax` uses it
         return logits, out[:R * D].view(B, T, D)

@@ -94,10 +94,14 @@ def test_sample_logits_is_exact():
 def test_adaptive_stops_a_proposer_that_never_pays(fast, prompts):
     "A proposer that is never accepted, one policy over three texts (as the benchmark keeps it): after its first rounds"
     " the policy decodes plainly, probing less and less often, and every text is the target's."
+    import time
+    class Slow(ConstantProposer):   # never right, and as dear as a pass per round: clearly not worth it, even on a loaded machine
+        def propose(self, rows, ks, temperature=0.0, generator=None):
+            time.sleep(5e-4); return super().propose(rows, ks, temperature, generator)
     t = fast['target']
     pol = AdaptiveK(4, c=0.0, v=lambda k: 1.0)    # priors that say speculation is free: only the clock can stop it
     for i, p in enumerate(prompts[:3]):
-        out, st = speculative_generate(t, ConstantProposer(t.cfg.vocab_size), [p], 200, 4, k_policy=pol)
+        out, st = speculative_generate(t, Slow(t.cfg.vocab_size), [p], 200, 4, k_policy=pol)
         assert out == generate(t, [p], 200)
     plain = st['k_used'].count(0) / len(st['k_used'])
     assert plain > 0.85, f"the third text still speculated in {1 - plain:.0%} of its rounds: {st['k_used']}"
@@ -116,3 +120,17 @@ def test_kernel_refused_where_it_cannot_run(cpu_models):
     from smallem_spec.corpus import SmallemError
     with pytest.raises(SmallemError, match="kernel must be"): FastSmallem(cpu_models['target'], kernel='cuda')
     with pytest.raises(SmallemError, match="fp32 models on a CPU"): FastSmallem(cpu_models['target'], kernel='fused', graphs='emulate')
+
+def test_bad_input_refused_and_nothing_changes(fast):
+    "Token ids outside the vocabulary, or a cache of another shape, get a one-line error and leave the cache as it was."
+    from smallem_spec.corpus import SmallemError
+    t, d = fast['target'], fast['draft2']
+    c = t.new_cache(capacity=[64]); s = [c.new_seq()]
+    t(torch.ones(1, 10, dtype=torch.long), c, s)
+    with pytest.raises(SmallemError, match='outside the vocabulary'): t(torch.tensor([[1, t.cfg.vocab_size]]), c, s)
+    assert c.length(s[0]) == 10
+    with pytest.raises(SmallemError, match='outside the vocabulary'): t.chain(torch.tensor([[-1]]), c, s, [1], [3])
+    assert c.length(s[0]) == 10
+    dc = d.new_cache(capacity=[64]); ds = [dc.new_seq()]   # a 2-layer cache given to the 8-layer target
+    with pytest.raises(SmallemError, match='8 layers'): t(torch.ones(1, 2, dtype=torch.long), dc, ds)
+    assert dc.length(ds[0]) == 0
