@@ -273,7 +273,7 @@ def verdict(result:dict) -> str:
     greedy = [r for r in rows if r['batch'] == B and r['temperature'] == 0]
     losers = sorted({r['proposer'] for r in greedy} - {r['proposer'] for r in greedy if r['speedup'] >= 1.0})
     if losers:
-        out.append("slower than the target alone at every k: " + ', '.join(
+        out.append("in greedy mode slower than the target alone at every k: " + ', '.join(
             f"{p} (its guess costs c = {cst['c'][p]:.2f} of a target pass)" for p in losers if p in cst['c']))
     return f"Verdict on {where}, batch {B}: " + '; '.join(out) + '.'
 
