@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_bench.ipynb #dd046a6a
 from __future__ import annotations
-import argparse, json, math, platform, statistics, sys, time
+import argparse, json, math, statistics, sys, time
 from pathlib import Path
 import torch
 from tqdm.auto import tqdm
@@ -21,8 +21,8 @@ from .fused import cpu_info
 from .generate import argmax, probs_at, sample_probs
 
 # %% auto #0
-__all__ = ['PROPOSERS', 'mtp_step_time', 'ngram_step_time', 'decide_time', 'measure_costs', 'make_proposer', 'cpu_name',
-           'run_config', 'bench', 'format_table', 'verdict', 'result_path', 'plot_result', 'bench_cli']
+__all__ = ['PROPOSERS', 'mtp_step_time', 'ngram_step_time', 'decide_time', 'measure_costs', 'make_proposer', 'run_config',
+           'bench', 'format_table', 'verdict', 'result_path', 'plot_result', 'bench_cli']
 
 # %% ../nbs/10_bench.ipynb #330878f3
 @torch.inference_mode()
@@ -110,11 +110,6 @@ def make_proposer(name:str, target, models:dict):
 
 def _sync(dev):
     if dev.type == 'cuda': torch.cuda.synchronize(dev)
-
-def cpu_name() -> str:
-    "The CPU's model name."
-    try: return next(l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name'))
-    except (OSError, StopIteration): return platform.processor() or platform.machine()
 
 def run_config(target, models, prompts, new_tokens, proposer, k, temperature, batch, costs, seed=0) -> dict:
     "Run one configuration once; returns seconds, tokens, texts and pooled stats."
@@ -223,7 +218,7 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
         row['measured_over_predicted'] = round(row['speedup'] / row['predicted_speedup'], 3) if row['predicted_speedup'] else None
         rows.append(row)
     meta = dict(preset=preset, prompts=n_prompts, prompt_tokens=32, new_tokens=new_tokens, repeats=repeats,
-                device=str(target.device), cpu=cpu_name(), cpu_info=cpu_info(), kernel=getattr(target, 'kernel', 'reference'),
+                device=str(target.device), cpu=cpu_info()['model'], cpu_info=cpu_info(), kernel=getattr(target, 'kernel', 'reference'),
                 threads=torch.get_num_threads(),
                 torch=torch.__version__, gpu=torch.cuda.get_device_name() if target.device.type == 'cuda' else None,
                 costs={str(b): {'t1_ms': round(c['t1'] * 1e3, 3), 'v': {str(k): round(x, 3) for k, x in c['v'].items()},

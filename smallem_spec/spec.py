@@ -8,7 +8,6 @@ import time
 import torch
 from .corpus import SmallemError
 from .model import Smallem
-import numpy as np
 from .fused import load_kernel, decide_sampled
 from .generate import argmax, take_rows, check_prompts, check_temperature, next_token, probs_at, prefill, sample_probs
 
@@ -22,8 +21,7 @@ def _greedy(target_logits:torch.Tensor,   # [B, k+1, V]
             n_proposed:torch.Tensor|None=None):  # [B] proposals that count per row (default k)
     "Greedy decision; returns (tokens [B, k+1] padded with -1, n_accepted [B])."
     B, k = draft_tokens.shape
-    if target_logits.device.type == 'cpu': return _greedy_host(target_logits, draft_tokens, n_proposed)
-    best = target_logits.argmax(-1)                                       # [B, k+1]
+    best = argmax(target_logits)                                       # [B, k+1]
     ok = draft_tokens == best[:, :k]                                      # [B, k]
     if n_proposed is not None: ok &= torch.arange(k, device=ok.device) < n_proposed[:, None]
     n = ok.long().cumprod(-1).sum(-1)                                     # [B]
@@ -37,18 +35,6 @@ def _greedy_row(best:list[int], draft:list[int], k:int) -> list[int]:
     n = 0
     while n < k and draft[n] == best[n]: n += 1
     return draft[:n] + [best[n], n]
-
-def _greedy_host(target_logits, draft_tokens, n_proposed=None):
-    "The same decision in NumPy: on a CPU a handful of tiny torch operations cost more than the decision itself."
-    B, k = draft_tokens.shape
-    best = argmax(target_logits).numpy(); d = draft_tokens.numpy()
-    ok = d == best[:, :k]
-    if n_proposed is not None: ok &= np.arange(k) < n_proposed.numpy()[:, None]
-    n = ok.cumprod(-1).sum(-1)
-    idx = np.arange(k + 1)[None]
-    padded = np.concatenate([d, np.full((B, 1), -1, dtype=d.dtype)], 1)
-    tokens = np.where(idx < n[:, None], padded, np.where(idx == n[:, None], best, -1))
-    return torch.from_numpy(tokens.astype(np.int64)), torch.from_numpy(n.astype(np.int64))
 
 # %% ../nbs/05_greedy.ipynb #0b02afed
 def check_verify_shapes(target:torch.Tensor, draft_tokens:torch.Tensor, draft_probs:torch.Tensor|None=None):
