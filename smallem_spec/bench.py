@@ -4,49 +4,42 @@
 
 # %% ../nbs/10_bench.ipynb #dd046a6a
 from __future__ import annotations
-import argparse, json, math, statistics, sys, time
+import argparse, json, math, statistics, time
 from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 import matplotlib.pyplot as plt
-from .corpus import SmallemError, preset_name, validation_prompts
+from .corpus import SmallemError, preset_name, validation_prompts, draft_vocab
 from .generate import generate, pass_times
 from .spec import DraftProposer, speculative_generate
-from .proposers import NGramProposer, lookup
+from .proposers import NGramProposer
 from .mtp import MTPProposer
-from .cost import AdaptiveK, HeuristicK, expected_tokens_pos, predicted_speedup
+from .cost import AdaptiveK, HeuristicK, expected_tokens_pos
 from .train import load_or_train
 from .fast import FastSmallem
 from .fused import cpu_info
 from .generate import argmax, probs_at, sample_probs
 
 # %% auto #0
-__all__ = ['PROPOSERS', 'mtp_step_time', 'ngram_step_time', 'decide_time', 'measure_costs', 'make_proposer', 'run_config',
-           'bench', 'format_table', 'verdict', 'result_path', 'plot_result', 'bench_cli']
+__all__ = ['PROPOSERS', 'proposer_cost', 'decide_time', 'measure_costs', 'parse_proposer', 'make_proposer', 'run_config', 'bench',
+           'format_table', 'verdict', 'result_path', 'plot_result', 'bench_cli']
 
 # %% ../nbs/10_bench.ipynb #330878f3
-@torch.inference_mode()
-def mtp_step_time(target, batch:int=1, context:int=200, reps:int=30) -> float:
-    "Median seconds of one MTP-module step (one position per row) with `context` positions cached."
-    D, dev = target.cfg.dim, target.device
-    c = target.new_cache(batch=batch, mtp=True); s = [c.new_seq() for _ in range(batch)]
-    g = torch.Generator().manual_seed(0)
-    target.mtp_forward(torch.randn(batch, context, D, generator=g).to(dev), torch.randint(1, 100, (batch, context), generator=g).to(dev), c, s)
-    h, x, ts = torch.randn(batch, 1, D, generator=g).to(dev), torch.ones(batch, 1, dtype=torch.long, device=dev), []
-    for _ in range(reps + 3):
-        if dev.type == 'cuda': torch.cuda.synchronize()
-        t0 = time.perf_counter(); target.mtp_forward(h, x, c, s)
-        if dev.type == 'cuda': torch.cuda.synchronize()
-        ts.append(time.perf_counter() - t0)
-        for q in s: c.keep(q, context)
-    return statistics.median(ts[3:])
+def _propose_time(target, make, chunks, k, temperature, n):
+    t = r = 0
+    for i, ch in enumerate(chunks):
+        st = speculative_generate(target, make(), ch, n, k, temperature, torch.Generator(target.device).manual_seed(i))[1]
+        t += st['t_parts']['propose']; r += st['rounds']
+    return t, r
 
-def ngram_step_time(prompts, n:int=3, k:int=4, reps:int=200) -> float:
-    "Median seconds the host spends per proposed token of prompt lookup, on 232-token contexts."
-    ctx = [p * 8 for p in prompts][:8]
-    t0 = time.perf_counter()
-    for i in range(reps): lookup(ctx[i % len(ctx)][:232], n, k)
-    return (time.perf_counter() - t0) / reps / k
+def proposer_cost(target, make, chunks:list[list[list[int]]], kmax:int, temperature:float=0.0, new_tokens=(48, 200)) -> tuple[float, float]:
+    "What a proposer's call costs in the loop, as a fixed part and a part per guess: (c0, c) in seconds, from generations of each chunk of prompts at k = 1 and k = kmax (two lengths each, so that the first round, which reads the prompt, cancels out)."
+    per = {}
+    for k in (1, kmax):
+        (a, ra), (b, rb) = (_propose_time(target, make, chunks, k, temperature, n) for n in new_tokens)
+        per[k] = (b - a) / (rb - ra)
+    c = (per[kmax] - per[1]) / (kmax - 1)
+    return per[1] - c, c
 
 @torch.inference_mode()
 def decide_time(batch:int, k:int, vocab:int, temperature:float, reps:int=30, device='cpu', lookup:bool=False) -> float:
@@ -78,19 +71,19 @@ def decide_time(batch:int, k:int, vocab:int, temperature:float, reps:int=30, dev
         t0 = time.perf_counter(); f(); ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
 
-def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, temperatures=(0.0,), rounds:int=3) -> dict:
-    "t(1), v(k) for k = 0..kmax, c for each proposer, and the token arithmetic s(k) per temperature, at one batch size (medians of `rounds` interleaved measurements)."
+def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, temperatures=(0.0,), rounds:int=3, preset=None,
+                  context:int=200) -> dict:
+    "t(1) and v(k) for k = 0..kmax with `context` tokens cached, each proposer's in-loop cost (c0, c) per temperature, and the token arithmetic s(k) per temperature, at one batch size (medians of `rounds` interleaved measurements)."
     ts, cs = [], []
     for _ in range(rounds):
-        t = pass_times(target, tuple(range(1, kmax + 2)), batch=batch); ts.append(t); cr = {}
-        for p in proposers:
-            if p in ('draft2', 'draft4'): cr[p] = pass_times(models[p], (1,), batch=batch)[1] / t[1]
-            elif p == 'mtp': cr[p] = mtp_step_time(target, batch) / t[1]
-            elif p == 'ngram': cr[p] = ngram_step_time(prompts) * batch / t[1]
-        cs.append(cr)
+        t = pass_times(target, tuple(range(1, kmax + 2)), context=context, batch=batch); ts.append(t)
+        chunks = [prompts[i:i + batch] for i in range(0, min(len(prompts), 4 * batch), batch)]   # B = 1: four texts, one by one
+        cs.append({(T, p): proposer_cost(target, lambda: make_proposer(p, target, models, preset), chunks, kmax, T)
+                   for T in temperatures for p in proposers})
     t = {T: statistics.median(x[T] for x in ts) for T in ts[0]}
+    prop = {T: {p: [statistics.median(x[T, p][i] for x in cs) / t[1] for i in (0, 1)] for p in proposers} for T in temperatures}
     out = {'t1': t[1], 'v': {k: statistics.median(x[k + 1] / x[1] for x in ts) for k in range(kmax + 1)},
-           'c': {p: statistics.median(x[p] for x in cs) for p in cs[0]},
+           'prop': prop, 'c': {p: prop[temperatures[0]][p][1] for p in proposers}, 'c0': {p: prop[temperatures[0]][p][0] for p in proposers},
            's': {T: {k: decide_time(batch, k, target.cfg.vocab_size, T, device=target.device) / t[1] for k in range(1, kmax + 1)}
                  for T in temperatures}}
     if 'ngram' in proposers:   # prompt lookup draws nothing: its q is a point mass
@@ -99,14 +92,22 @@ def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, 
     return out
 
 # %% ../nbs/10_bench.ipynb #223f889b
-PROPOSERS = ('draft2', 'draft4', 'mtp', 'ngram')
+PROPOSERS = ('draft2', 'draft2_v1024', 'draft4', 'mtp', 'mtp_v1024', 'ngram')   # the benchmark's default set (draft vocabularies: 12b_draft_vocab)
 
-def make_proposer(name:str, target, models:dict):
-    "A fresh proposer by name."
-    if name in ('draft2', 'draft4'): return DraftProposer(models[name])
-    if name == 'mtp': return MTPProposer(target)
-    if name == 'ngram': return NGramProposer(3, target.cfg.vocab_size)
-    raise SmallemError(f"unknown proposer {name!r}; choose from {', '.join(PROPOSERS)}")
+def parse_proposer(name:str) -> tuple[str, int|None]:
+    "A proposer's name: draft2, draft4, mtp or ngram, and for the first three `_v<N>`: guesses among the N most frequent tokens only."
+    base, sep, v = str(name).partition('_v')
+    if base not in ('draft2', 'draft4', 'mtp', 'ngram') or (sep and (base == 'ngram' or not v.isdigit() or int(v) < 1)):
+        raise SmallemError(f"unknown proposer {name!r}; choose from draft2, draft4, mtp, ngram, or draft2_v<N>, draft4_v<N>, mtp_v<N> (a draft vocabulary of N tokens)")
+    return base, int(v) if v else None
+
+def make_proposer(name:str, target, models:dict, preset:str|None=None):
+    "A fresh proposer by name (`models` holds the drafters by their base name)."
+    base, size = parse_proposer(name)
+    vocab = None if size is None else draft_vocab(preset or target.manifest['preset'], size)
+    if base in ('draft2', 'draft4'): return DraftProposer(models[base], vocab=vocab)
+    if base == 'mtp': return MTPProposer(target, vocab=vocab)
+    return NGramProposer(3, target.cfg.vocab_size)
 
 def _sync(dev):
     if dev.type == 'cuda': torch.cuda.synchronize(dev)
@@ -120,7 +121,8 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
     pol, kk = None, k
     if k == 'adaptive':   # one policy for the whole row: what it learns of this machine and proposer carries from prompt to prompt
         kk = 6; s = costs['s_lookup' if proposer == 'ngram' else 's'][temperature]
-        pol = AdaptiveK(kk, costs['c'][proposer], lambda j: costs['v'][j] + s[j])
+        c0, c = costs['prop'][temperature][proposer]
+        pol = AdaptiveK(kk, c, lambda j: costs['v'][j] + s[j] + c0)
     for i, ch in enumerate(chunks):
         g = torch.Generator(dev).manual_seed(seed + i)
         _sync(dev); t0 = time.perf_counter()
@@ -140,20 +142,19 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
     return dict(seconds=secs, tokens=sum(len(t) for t in texts), texts=texts, **agg)
 
 # %% ../nbs/10_bench.ipynb #b7c35fc5
-def _predict(alphas, ks_used, c, v, t_step, h, s=None, occupancy:float=1.0, t_unit=None, t1=None):
-    "occupancy · E(α_1..α_k) · t_step / ((k·c + v(k))·t_unit + s(k)·t1 + h), summed over the rounds' k (k = 0: a plain step, one token for t_step + h)."
+def _predict(alphas, ks_used, c, v, t_step, h, s=None, occupancy:float=1.0, t_unit=None, t1=None, c0:float=0.0):
+    "occupancy · E(α_1..α_k) · t_step / (v(k)·t_unit + (c0 + k·c + s(k))·t1 + h), summed over the rounds' k (k = 0: a plain step, one token for t_step + h)."
     if not ks_used: return None
     t_unit = t_unit or t_step; t1 = t1 or t_unit
     num = sum(expected_tokens_pos(alphas[:k]) if k else 1.0 for k in ks_used) * t_step * occupancy
-    den = sum(((k * c + v[k]) * t_unit + (s[k] if s else 0.0) * t1 if k else t_step) + h for k in ks_used)
+    den = sum((v[k] * t_unit + (c0 + k * c + (s[k] if s else 0.0)) * t1 if k else t_step) + h for k in ks_used)
     return num / den
 
 def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=PROPOSERS, ks=(1, 2, 3, 4, 'adaptive'),
           temperatures=(0.0, 1.0), batches=(1, 8), repeats:int=3, progress:bool=True, device=None, fast:bool=True) -> dict:
     "Run the benchmark grid on the fast path (or the reference code); returns {'meta': ..., 'rows': [...]}."
     preset = preset_name(preset)
-    for p in proposers:
-        if p not in PROPOSERS: raise SmallemError(f"unknown proposer {p!r}; choose from {', '.join(PROPOSERS)}")
+    for p in proposers: parse_proposer(p)
     for k in ks:
         if not (k in ('adaptive', 'heuristic') or (isinstance(k, int) and 1 <= k <= 16)): raise SmallemError(f"bad k {k!r}: an integer in 1..16, adaptive or heuristic")
     for T in temperatures:
@@ -162,7 +163,7 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     ref = load_or_train(preset, 'target', device=device)
     wrap = FastSmallem if fast else (lambda m: m)
     target = wrap(ref)
-    models = {p: wrap(load_or_train(preset, p, device=device)) for p in proposers if p in ('draft2', 'draft4')}
+    models = {b: wrap(load_or_train(preset, b, device=device)) for b in {parse_proposer(p)[0] for p in proposers} if b in ('draft2', 'draft4')}
     prompts = validation_prompts(preset, n=n_prompts, length=32)
     kmax = max([k for k in ks if isinstance(k, int)] + [6])
     configs = [(p, k) for p in proposers for k in ks] + ([('none', 'reference')] if fast else [])   # the target alone on the reference code
@@ -170,7 +171,8 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     bar = tqdm(total=total, desc='smallem_bench', disable=not progress)
     for p in (list(proposers) or ['none']): run_config(target, models, prompts[:1], 8, p, 2, 0.0, 1, None)   # warm-up, not timed
     bar.update()
-    costs = {b: measure_costs(target, models, proposers, min(b, n_prompts), kmax, prompts, temperatures) for b in batches}
+    costs = {b: measure_costs(target, models, proposers, min(b, n_prompts), kmax, prompts, temperatures, preset=preset,
+                              context=32 + new_tokens // 2) for b in batches}   # passes priced at the run's mean context
     raw = {}
     for r in range(repeats):
         for T in temperatures:
@@ -200,7 +202,7 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
         else:
             pp, pa = last['pos_proposed'], last['pos_accepted']
             alphas = [a / n if n else 0.0 for a, n in zip(pa, pp)]
-            cst = costs[B]; c = cst['c'][p]
+            cst = costs[B]; c0, c = cst['prop'][T][p]
             base = raw[('none', 0, T, B)][-1][0]
             t_step = base['seconds'] / base['passes']                  # a plain step, loop and prefill included
             g0 = raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)])[-1][0]
@@ -208,21 +210,22 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
             h = last['t_host'] / last['rounds']                        # host time per round, measured in the run
             occ = last['row_rounds'] / last['row_slots']               # < 1 at batch > 1: the batch waits for its slowest row
             s_k = cst['s_lookup' if p == 'ngram' else 's'][T]
-            pred = _predict(alphas, last['k_used'], c, cst['v'], t_step, h, s_k, occ, t_unit, cst['t1'])
+            pred = _predict(alphas, last['k_used'], c, cst['v'], t_step, h, s_k, occ, t_unit, cst['t1'], c0)
             row.update(alpha_per_position=[round(a, 4) if n else None for a, n in zip(alphas, pp)],
                        host_per_round=round(h / cst['t1'], 3), occupancy=round(occ, 3), t_step_ms=round(t_step * 1e3, 4), t_unit_ms=round(t_unit * 1e3, 4),
                        tokens_per_round=round((last['accepted'] + last['row_rounds']) / last['row_rounds'], 3),
-                       predicted_speedup=round(pred, 3), c=round(c, 3),
+                       predicted_speedup=round(pred, 3), c=round(c, 3), c0=round(c0, 3),
                        mean_k=round(statistics.mean(last['k_used']), 2),
                        identical=(last['texts'] == raw[('none', 0, T, B)][-1][0]['texts']) if T == 0 else None)
         row['measured_over_predicted'] = round(row['speedup'] / row['predicted_speedup'], 3) if row['predicted_speedup'] else None
         rows.append(row)
-    meta = dict(preset=preset, prompts=n_prompts, prompt_tokens=32, new_tokens=new_tokens, repeats=repeats,
+    meta = dict(preset=preset, prompts=n_prompts, prompt_tokens=32, new_tokens=new_tokens, repeats=repeats, cost_context=32 + new_tokens // 2,
                 device=str(target.device), cpu=cpu_info()['model'], cpu_info=cpu_info(), kernel=getattr(target, 'kernel', 'reference'),
                 threads=torch.get_num_threads(),
                 torch=torch.__version__, gpu=torch.cuda.get_device_name() if target.device.type == 'cuda' else None,
                 costs={str(b): {'t1_ms': round(c['t1'] * 1e3, 3), 'v': {str(k): round(x, 3) for k, x in c['v'].items()},
-                                'c': {p: round(x, 3) for p, x in c['c'].items()},
+                                'c': {p: round(x, 3) for p, x in c['c'].items()}, 'c0': {p: round(x, 3) for p, x in c['c0'].items()},
+                                'prop': {str(T): {p: [round(x, 3) for x in cc] for p, cc in d.items()} for T, d in c['prop'].items()},
                                 's': {str(T): {str(k): round(x, 3) for k, x in s.items()} for T, s in c['s'].items()},
                                 's_lookup': {str(T): {str(k): round(x, 3) for k, x in s.items()} for T, s in c.get('s_lookup', {}).items()}}
                        for b, c in costs.items()},

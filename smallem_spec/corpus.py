@@ -13,7 +13,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 # %% auto #0
 __all__ = ['VOCAB_SIZES', 'SHAKESPEARE', 'EOT', 'SmallemError', 'smallem_home', 'repo_models_dir', 'preset_name',
            'fetch_shakespeare', 'load_corpus', 'corpus_hash', 'split_corpus', 'train_tokenizer', 'tokenizer_hash',
-           'preset_dirs', 'load_tokenizer', 'TokenData', 'load_tokens', 'nats_per_byte', 'validation_prompts']
+           'preset_dirs', 'load_tokenizer', 'TokenData', 'load_tokens', 'token_ranking', 'draft_vocab', 'nats_per_byte',
+           'validation_prompts']
 
 # %% ../nbs/00_corpus.ipynb #a62f8b44
 class SmallemError(ValueError):
@@ -157,6 +158,32 @@ def load_tokens(preset:str|None=None) -> TokenData:
             np.savez(f, train=a, val=b, nbytes=np.array([ab, bb]))
         z = np.load(f)
         return TokenData(z['train'], z['val'], int(z['nbytes'][0]), int(z['nbytes'][1]), h)
+
+# %% ../nbs/00_corpus.ipynb #b1f0a2c4
+def token_ranking(preset:str|None=None) -> np.ndarray:
+    "Every token id of the preset's vocabulary, most frequent in the training split first (ties: lower id first)."
+    preset = preset_name(preset); h = tokenizer_hash(load_tokenizer(preset))
+    for d in preset_dirs(preset):
+        f = d/'token_ranking.json'
+        if f.exists():
+            rec = json.loads(f.read_text())
+            if rec.get('tokenizer_hash') == h: return np.array(rec['ranking'], dtype=np.int64)
+    counts = np.bincount(load_tokens(preset).train.astype(np.int64), minlength=VOCAB_SIZES[preset])
+    ranking = np.argsort(-counts, kind='stable')
+    f = smallem_home()/preset/'token_ranking.json'; f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(json.dumps({'tokenizer_hash': h, 'source': 'token counts of the training split',
+                             'ranking': ranking.tolist(), 'counts': counts[ranking].tolist()}) + '\n')
+    return ranking
+
+_DRAFT_VOCABS = {}
+
+def draft_vocab(preset:str|None=None, size:int=1024):
+    "The `size` most frequent tokens of the training split, as sorted token ids (a LongTensor, the same object on every call)."
+    import torch
+    preset = preset_name(preset); V = VOCAB_SIZES[preset]
+    if not isinstance(size, int) or not 1 <= size <= V: raise SmallemError(f"draft vocabulary size must be an integer in 1..{V} (got {size!r})")
+    if (preset, size) not in _DRAFT_VOCABS: _DRAFT_VOCABS[preset, size] = torch.from_numpy(np.sort(token_ranking(preset)[:size]))
+    return _DRAFT_VOCABS[preset, size]
 
 # %% ../nbs/00_corpus.ipynb #707f4c11
 def nats_per_byte(loss_per_token:float, n_tokens:int, n_bytes:int) -> float:

@@ -61,14 +61,15 @@ class AdaptiveK:
     "Pick k each round from decayed per-position acceptance and what rounds cost in the loop; k = 0 (plain steps) where no k pays."
     def __init__(self, kmax:int, c:float, v, h:float=0.0, decay:float=0.957, prior:float=2.0, k0:int=2,
                  timed:bool=True,          # time rounds with the loop's clock and price each k by what it cost there
-                 probe_every:int=16,       # plain steps before speculating again (doubling after each probe that fails, up to 64 times)
+                 probe_every:int=16,       # plain steps before speculating again (times `backoff` after each probe that fails, up to 64 times)
                  probe_rounds:int=6,       # speculative rounds a probe lasts (its first pays the proposer's catch-up and is not timed)
                  plain_every:int=64,       # re-time plain steps after this many rounds
-                 margin:float=0.02):       # speculate only where a k is predicted to beat plain steps by this much
+                 margin:float=0.02,        # speculate only where a k is predicted to beat plain steps by this much
+                 backoff:int=2):           # how much longer each stretch of plain steps is than the last, after a probe that failed
         if kmax < 1: raise SmallemError(f"kmax must be >= 1 (got {kmax})")
         self.kmax, self.c, self.v, self.h, self.decay, self.prior = kmax, c, v, h, decay, prior
         self.acc, self.seen = [0.0] * kmax, [0.0] * kmax
-        self.k, self.steps, self.timed, self.plain_every, self.margin = min(k0, kmax), 1, timed, plain_every, margin
+        self.k, self.steps, self.timed, self.plain_every, self.margin, self.backoff = min(k0, kmax), 1, timed, plain_every, margin, backoff
         self.probe_every, self.probe_rounds, self.stretch, self._burst = probe_every, probe_rounds, probe_every, 0
         self.t_plain, self.rounds, self._t0, self._prev, self._hs, self.costs, self._left = None, 0, None, 0, [], {}, 0
         self.timed_rounds = {}                          # k -> rounds of that k timed so far
@@ -101,7 +102,7 @@ class AdaptiveK:
         elif self._burst > 0: self._burst -= 1         # a probe: speculate whatever the estimates say
         elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3:   # no k pays, by what the best one was seen to cost
             k, self.steps, self._burst = 0, self.stretch, self.probe_rounds
-            self.stretch = min(2 * self.stretch, 64 * self.probe_every)
+            self.stretch = min(self.backoff * self.stretch, 64 * self.probe_every)
         else: self.stretch = self.probe_every
         self.k, self._t0 = k, time.perf_counter()
         return k

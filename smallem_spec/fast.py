@@ -247,13 +247,13 @@ class FastSmallem:
         else: graph.replay()
         return out[0].clone(), out[1].clone()
 
-    def chain(self, tokens, cache, sids, n_new, ks, h=None, temperature:float=0.0, generator=None):
-        "A proposer's k guesses per row in one call of the fused kernel (tokens [B, W] pending, then each guess fed back): (guesses [B, K], q [B, K, V] or None); None without the kernel."
-        if self.fused is None or (h is not None and self.mtp is None): return None
+    def chain(self, tokens, cache, sids, n_new, ks, h=None, temperature:float=0.0, generator=None, vocab=None):
+        "A proposer's k guesses per row in one call of the fused kernel (tokens [B, W] pending, then each guess fed back): (guesses [B, K], q [B, K, V] or None); None without the kernel. `vocab`: sorted token ids the guesses are restricted to."
+        if self.fused is None or (h is not None and self.mtp is None) or (vocab is not None and vocab.numel() % 32): return None
         B, T = tokens.shape
         starts = [cache.lens[cache._sid(s)] for s in sids]
         cache.append(sids, [n + max(k - 1, 0) for n, k in zip(n_new, ks)])    # every token the chain will append
-        return self._fused(cache, sids, starts, n_new, tokens, B, T, h, chain=list(ks), temperature=temperature, generator=generator)
+        return self._fused(cache, sids, starts, n_new, tokens, B, T, h, chain=list(ks), temperature=temperature, generator=generator, vocab=vocab)
 
     def _fused(self, cache, sids, starts, *args, **kw):
         "A call of the fused kernel; on refused input the cache is put back as it was."

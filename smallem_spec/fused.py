@@ -8,6 +8,7 @@ import ctypes, hashlib, os, platform, re, shutil, statistics, subprocess, time, 
 from pathlib import Path
 import torch
 from filelock import FileLock
+from fastcore.basics import patch
 from .corpus import SmallemError, smallem_home
 
 # %% auto #0
@@ -202,15 +203,16 @@ int smallem_decide(int B, int k, int V, const float *logits, float temp, const f
 # %% ../nbs/12a_fused_cpu.ipynb #26ae5af8
 _SRC_PASS = r'''
 typedef struct {
-  int R, B, T, D, H, hd, F, V, nl, S, P, maxpos, nthreads; float eps;
+  int R, B, T, D, H, hd, F, V, Vh, nl, S, P, maxpos, nthreads; float eps;
   const long *tokens; const float *emb;           /* [R] token ids; embedding [V, D] */
   const float *h_in, *Ph, *Pe;                     /* MTP module: hidden [R, D] and its two packed [D, D]; h_in NULL for a model */
-  const float *const *W; const float *head;       /* 4 packed matrices per layer (norm gains folded in); packed head [D, V] */
+  const float *const *W; const float *head;       /* 4 packed matrices per layer (norm gains folded in); packed head [D, Vh] */
+  const long *vmap;                                /* the token of each head column (a draft vocabulary); NULL: column = token, Vh = V */
   float *kv; long slots;                           /* cache [nl, slots, 2D]: the K then the V of a slot */
   const long *pt, *starts, *nnew;                  /* page table [B, P]; per sequence: length before the pass, tokens it adds */
   const float *cs, *sn;                            /* RoPE tables [maxpos + 1, hd / 2] */
-  float *x, *logits, *work;                        /* out: hidden [R, D], logits [R, V]; scratch (see smallem_work_floats) */
-  long *best;                                      /* out: each row's argmax (the first largest logit) */
+  float *x, *logits, *work;                        /* out: hidden [R, D], logits [R, Vh]; scratch (see smallem_work_floats) */
+  long *best;                                      /* out: each row's argmax (the first largest logit), as a token id */
 } pass_args;
 
 long smallem_work_floats(int R, int D, int F, int maxpos, int nthreads) {
@@ -272,12 +274,12 @@ int smallem_pass(const pass_args *a) {
       gemm(R, F, D, hh, F, W[3], x, D, one, 1);
     }
     inv_rms(R, D, x, a->eps, iv);
-    gemm(R, D, a->V, x, D, a->head, a->logits, a->V, iv, 0);
+    gemm(R, D, a->Vh, x, D, a->head, a->logits, a->Vh, iv, 0);
     #pragma omp for schedule(static)
     for (int r = 0; r < R; r++) {                /* the greedy token of each row, while its logits are in cache */
-      const float *l = a->logits + (long)r * a->V; long b = 0;
-      for (long v = 1; v < a->V; v++) if (l[v] > l[b]) b = v;
-      a->best[r] = b;
+      const float *l = a->logits + (long)r * a->Vh; long b = 0;
+      for (long v = 1; v < a->Vh; v++) if (l[v] > l[b]) b = v;
+      a->best[r] = a->vmap ? a->vmap[b] : b;
     }
   }
   return 0;
@@ -287,20 +289,26 @@ int smallem_pass(const pass_args *a) {
    reads one token per row, the token chosen at that row's last position in pass i - 1 (for the MTP module, with that
    position's hidden state in place of h), and appends it only where i < rowsteps[b]. The token of pass i goes to
    out[b * steps + i]: the argmax at temp 0, else a draw from softmax(logits / temp) with u[b * steps + i], whose
-   probabilities go to q[(b * steps + i) * V ...]. A proposer's k guesses in one call; the cache must already hold the
-   pages of every token appended. */
+   probabilities go to q[(b * steps + i) * V ...] (zero outside a draft vocabulary). A proposer's k guesses in one call;
+   the cache must already hold the pages of every token appended. */
 int smallem_chain(pass_args *a, int steps, const long *rowsteps, long *out, float temp, const double *u, float *q) {
   const int B = a->B, T0 = a->T, D = a->D;
-  long starts[B], nnew[B], tok[B]; float hbuf[a->h_in ? B * D : 1];
+  const int Vh = a->Vh; long starts[B], nnew[B], tok[B]; float hbuf[a->h_in ? B * D : 1], pd[a->vmap && temp > 0 ? Vh : 1];
   const long *s0 = a->starts, *n0 = a->nnew, *tok0 = a->tokens; const float *h0 = a->h_in; const int R0 = a->R;
   for (int i = 0; i < steps; i++) {
     if (smallem_pass(a)) { a->R = R0; a->T = T0; a->starts = s0; a->nnew = n0; a->tokens = tok0; a->h_in = h0; return 1; }
     for (int b = 0; b < B; b++) {
       long r = i == 0 ? (long)b * T0 + (n0[b] > 0 ? n0[b] - 1 : 0) : b;
       if (temp > 0) {
-        float *qb = q + ((long)b * steps + i) * a->V;
-        softmax_row(a->logits + r * a->V, a->V, temp, qb);
-        long t = draw(qb, a->V, u[(long)b * steps + i]); tok[b] = t < 0 ? a->best[r] : t;
+        float *qb = q + ((long)b * steps + i) * a->V, *pb = a->vmap ? pd : qb;
+        softmax_row(a->logits + r * Vh, Vh, temp, pb);
+        long t = draw(pb, Vh, u[(long)b * steps + i]);
+        if (a->vmap) {                            /* q over the whole vocabulary: zero where the proposer cannot go */
+          memset(qb, 0, (size_t)a->V * 4);
+          for (int v = 0; v < Vh; v++) qb[a->vmap[v]] = pd[v];
+          if (t >= 0) t = a->vmap[t];
+        }
+        tok[b] = t < 0 ? a->best[r] : t;
       } else tok[b] = a->best[r];
       out[(long)b * steps + i] = tok[b];
       if (h0) memcpy(hbuf + (long)b * D, a->x + r * D, D * 4);
@@ -325,8 +333,8 @@ KERNEL_SRC = _SRC_HEAD + _SRC_GEMM + _SRC_ATTN + _SRC_SAMPLE + _SRC_PASS
 # %% ../nbs/12a_fused_cpu.ipynb #c4bec69c
 class PassArgs(ctypes.Structure):
     "The arguments of `smallem_pass` (the C struct `pass_args`)."
-    _fields_ = ([(n, ctypes.c_int) for n in 'R B T D H hd F V nl S P maxpos nthreads'.split()] + [('eps', ctypes.c_float)]
-                + [(n, ctypes.c_void_p) for n in 'tokens emb h_in Ph Pe W head kv'.split()] + [('slots', ctypes.c_long)]
+    _fields_ = ([(n, ctypes.c_int) for n in 'R B T D H hd F V Vh nl S P maxpos nthreads'.split()] + [('eps', ctypes.c_float)]
+                + [(n, ctypes.c_void_p) for n in 'tokens emb h_in Ph Pe W head vmap kv'.split()] + [('slots', ctypes.c_long)]
                 + [(n, ctypes.c_void_p) for n in 'pt starts nnew cs sn x logits work best'.split()])
 
 def pack_panels(wT:torch.Tensor) -> torch.Tensor:
@@ -398,24 +406,36 @@ class FusedPass:
                     pack_panels((b.ffn.w13.weight.float() * g(b.ffn_norm)).t()), pack_panels(b.ffn.w2.weight.t())]
         with torch.no_grad():
             E = self.emb = model.tok_emb.weight.detach().float().contiguous()
-            self.main = dict(W=[w for b in model.layers for w in block(b)], head=pack_panels((E * g(model.norm)).t()))
+            self.main = dict(W=[w for b in model.layers for w in block(b)], E=E * g(model.norm))
             if model.mtp is not None:
                 m = model.mtp; P = m.proj.weight.detach().float()
-                self.mtp = dict(W=block(m.block), head=pack_panels((E * g(m.norm)).t()),
+                self.mtp = dict(W=block(m.block), E=E * g(m.norm),
                                 Ph=pack_panels((P[:, :D] * g(m.norm_h)).t()), Pe=pack_panels((P[:, D:] * g(m.norm_e)).t()))
             half = c.head_dim // 2
             self.cs, self.sn = model.cos[:, :half].float().contiguous(), model.sin[:, :half].float().contiguous()
         for d in (self.main, getattr(self, 'mtp', None)):   # one argument struct each, its fixed fields set once
             if d is None: continue
+            d['head'], d['heads'] = pack_panels(d['E'].t()), {}
             d['ptrs'] = (ctypes.c_void_p * len(d['W']))(*[w.data_ptr() for w in d['W']])
-            d['args'] = PassArgs(D=D, H=c.n_heads, hd=c.head_dim, F=c.ffn_dim, V=c.vocab_size, maxpos=c.max_seq_len - 1,
+            d['args'] = PassArgs(D=D, H=c.n_heads, hd=c.head_dim, F=c.ffn_dim, V=c.vocab_size, Vh=c.vocab_size, maxpos=c.max_seq_len - 1,
                                  eps=c.norm_eps, emb=E.data_ptr(), cs=self.cs.data_ptr(), sn=self.sn.data_ptr(),
                                  nl=len(d['W']) // 4, W=ctypes.addressof(d['ptrs']), head=d['head'].data_ptr(),
                                  Ph=d['Ph'].data_ptr() if 'Ph' in d else None, Pe=d['Pe'].data_ptr() if 'Pe' in d else None)
         self.work, self._need = torch.empty(0), {}
 
-    def __call__(self, cache, sids, starts, n_new, tokens, B, T, h=None, chain:list[int]|None=None, temperature:float=0.0, generator=None):
-        "One pass over `tokens` [B, T] appended at `starts` (the cache already holds their pages); returns logits, hidden. With `chain` (steps per row), the tokens [B, max(chain)] of a chain of passes (`smallem_chain`) and, when sampling, the probabilities they were drawn from [B, max(chain), V]."
+    def draft_head(self, vocab:torch.Tensor, mtp:bool=False):
+        "The head restricted to a draft vocabulary (sorted token ids, a multiple of 32 of them), packed once: (ids, packed head)."
+        d = self.mtp if mtp else self.main
+        key = (vocab.data_ptr(), vocab.numel())      # the entry keeps `vocab` alive, so its address names it
+        if key not in d['heads']:
+            if len(d['heads']) >= 8: d['heads'].pop(next(iter(d['heads'])))   # a few vocabularies at a time
+            ids = vocab.to('cpu', torch.long).contiguous()
+            d['heads'][key] = (vocab, ids, pack_panels(d['E'][ids].t()))
+        return d['heads'][key][1:]
+
+    def __call__(self, cache, sids, starts, n_new, tokens, B, T, h=None, chain:list[int]|None=None, temperature:float=0.0,
+                 generator=None, vocab:torch.Tensor|None=None):
+        "One pass over `tokens` [B, T] appended at `starts` (the cache already holds their pages); returns logits, hidden. With `chain` (steps per row), the tokens [B, max(chain)] of a chain of passes (`smallem_chain`) and, when sampling, the probabilities they were drawn from [B, max(chain), V]; `vocab` restricts a chain's guesses to a draft vocabulary."
         c, R = self.cfg, B * T
         a = self.main['args'] if h is None else self.mtp['args']
         kv = cache.kv   # the kernel trusts these shapes: check them
@@ -440,18 +460,27 @@ class FusedPass:
         if h is not None:
             if not (h.is_contiguous() and h.dtype == torch.float32): h = h.float().contiguous()
             a.h_in = h.data_ptr()
-        if chain is not None:
-            K = max(chain); toks = torch.empty(B, K, dtype=torch.long); steps = (ctypes.c_long * B)(*chain)
-            if temperature > 0:
-                u, q = torch.rand(B, K, generator=generator, dtype=torch.float64), torch.empty(B, K, V)
-                if self.lib.smallem_chain(ctypes.byref(a), K, ctypes.addressof(steps), toks.data_ptr(), temperature, u.data_ptr(), q.data_ptr()): _bad_token(V)
-                return toks, q
-            elif self.lib.smallem_chain(ctypes.byref(a), K, ctypes.addressof(steps), toks.data_ptr(), 0.0, None, None): _bad_token(V)
-            return toks, None
+        if chain is not None: return self._chain(a, B, chain, temperature, generator, vocab, h is not None)
         if self.lib.smallem_pass(ctypes.byref(a)): _bad_token(V)
         logits = out[R * D:R * (D + V)].view(B, T, V)
         logits.rows_argmax = out[R * (D + V):].view(torch.int64).view(B, T)   # `generate.argmax` uses it
         return logits, out[:R * D].view(B, T, D)
+
+# %% ../nbs/12a_fused_cpu.ipynb #d7a1c0b2
+@patch
+def _chain(self:FusedPass, a:PassArgs, B:int, chain:list[int], temperature:float, generator, vocab, mtp:bool):
+    "k passes in one call (`smallem_chain`): the guesses [B, K] and, when sampling, q [B, K, V] (zero outside `vocab`)."
+    V, K = self.cfg.vocab_size, max(chain)
+    toks, steps = torch.empty(B, K, dtype=torch.long), (ctypes.c_long * B)(*chain)
+    u, q = (torch.rand(B, K, generator=generator, dtype=torch.float64), torch.empty(B, K, V)) if temperature > 0 else (None, None)
+    if vocab is not None:   # the head's columns of the draft vocabulary only, and the token id of each
+        ids, head = self.draft_head(vocab, mtp); a.head, a.Vh, a.vmap = head.data_ptr(), ids.numel(), ids.data_ptr()
+    try: bad = self.lib.smallem_chain(ctypes.byref(a), K, ctypes.addressof(steps), toks.data_ptr(), temperature,
+                                      None if u is None else u.data_ptr(), None if q is None else q.data_ptr())
+    finally:
+        if vocab is not None: d = self.mtp if mtp else self.main; a.head, a.Vh, a.vmap = d['head'].data_ptr(), V, None
+    if bad: _bad_token(V)
+    return toks, q
 
 # %% ../nbs/12a_fused_cpu.ipynb #3b9d9e90
 def sample_logits(logits:torch.Tensor, temperature:float, generator=None) -> torch.Tensor:  # [..., V] -> [...]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from .corpus import SmallemError
 from .generate import argmax, take_rows, probs_at, sample_probs
-from .spec import Proposer
+from .spec import Proposer, draft_mask, vocab_note
 
 # %% auto #0
 __all__ = ['MTPProposer']
@@ -16,11 +16,12 @@ __all__ = ['MTPProposer']
 class MTPProposer(Proposer):
     "Proposes with the target's own MTP module, from the hidden states of the target's verify passes."
     needs_hidden = True
-    def __init__(self, target):
+    def __init__(self, target, vocab=None):   # vocab: sorted token ids the guesses are restricted to (a draft vocabulary)
         if target.mtp is None: raise SmallemError("this target has no MTP module (use the `target` model, not `target_nomtp`)")
         self.target, self.vocab_size = target, target.cfg.vocab_size
+        self.vocab, self.mask = draft_mask(vocab, self.vocab_size, target.device)
         self.manifest = getattr(target, 'manifest', None)
-    def __repr__(self): return "MTPProposer()"
+    def __repr__(self): return f"MTPProposer({vocab_note(self.vocab)[2:]})"
 
     def start(self, prompts, first_tokens, hidden=None, capacity=None):
         t = self.target
@@ -45,7 +46,7 @@ class MTPProposer(Proposer):
         chained = hasattr(t, 'chain')
         if chained:
             self.true_len = {r: self.cache.length(s) + n for r, s, n in zip(rows, sids, n_new)}
-            dq = t.chain(x, self.cache, sids, n_new, ks, h=h, temperature=temperature, generator=generator)  # the fused kernel: k guesses in one call
+            dq = t.chain(x, self.cache, sids, n_new, ks, h=h, temperature=temperature, generator=generator, vocab=self.vocab)  # the fused kernel: k guesses in one call
             chained = dq is not None
         if not chained:
             logits, state = t.mtp_forward(h, x, self.cache, sids, n_new)
@@ -55,6 +56,7 @@ class MTPProposer(Proposer):
         if chained: return dq
         last = [max(n - 1, 0) for n in n_new]
         lg, st = take_rows(logits, last), take_rows(state, last)                # [A, V], [A, D]
+        if self.mask is not None: lg = lg + self.mask
         toks, qs = [], []
         for i in range(K):
             if temperature == 0: d = argmax(lg)
@@ -63,6 +65,7 @@ class MTPProposer(Proposer):
             if i < K - 1:   # chain: the module's own state stands in for h, its guess for the next token
                 lg, st = t.mtp_forward(st[:, None], d[:, None], self.cache, sids, [int(i < k - 1) for k in ks])
                 lg, st = take_rows(lg, [0] * len(rows)), st[:, 0]
+                if self.mask is not None: lg = lg + self.mask
         return torch.stack(toks, 1), (torch.stack(qs, 1) if qs else None)
 
     def accept(self, rows, emitted, hidden=None):

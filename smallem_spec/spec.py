@@ -12,8 +12,8 @@ from .fused import load_kernel, decide_sampled
 from .generate import argmax, take_rows, check_prompts, check_temperature, next_token, probs_at, prefill, sample_probs
 
 # %% auto #0
-__all__ = ['PARTS', 'check_verify_shapes', 'verify_greedy', 'Proposer', 'DraftProposer', 'check_proposer', 'speculative_generate',
-           'ConstantProposer']
+__all__ = ['PARTS', 'check_verify_shapes', 'verify_greedy', 'Proposer', 'draft_mask', 'vocab_note', 'DraftProposer',
+           'check_proposer', 'speculative_generate', 'ConstantProposer']
 
 # %% ../nbs/05_greedy.ipynb #c89a245c
 def _greedy(target_logits:torch.Tensor,   # [B, k+1, V]
@@ -67,14 +67,27 @@ class Proposer:
     def accept(self, rows:list[int], emitted:list[list[int]], hidden=None): pass
     def finish(self): pass
 
+def draft_mask(vocab, V:int, device):
+    "A proposer's draft vocabulary checked: (sorted ids as a LongTensor, additive mask [V]: 0 on it, -inf off it), or (None, None)."
+    if vocab is None: return None, None
+    ids = torch.as_tensor(vocab)
+    if ids.dim() != 1 or ids.dtype not in (torch.int64, torch.int32) or not len(ids) or not (ids.diff() > 0).all() or ids[0] < 0 or ids[-1] >= V:
+        raise SmallemError(f"a draft vocabulary must be increasing token ids in [0, {V}) (got {len(ids.reshape(-1))} ids)")
+    ids = ids.to(device, torch.long); mask = torch.full((V,), float('-inf'), device=device); mask[ids] = 0.
+    return ids, mask
+
+def vocab_note(vocab): return '' if vocab is None else f", draft vocabulary of {len(vocab)}"
+
 # %% ../nbs/05_greedy.ipynb #3ad0b1ac
 class DraftProposer(Proposer):
     "Proposes with a draft model (any Smallem sharing the target's tokenizer), with its own paged cache."
     def __init__(self, model:Smallem,
-                 catchup:int=32):   # after plain steps, a row more than this many tokens behind restarts on its last `catchup` tokens
+                 catchup:int=32,    # after plain steps, a row more than this many tokens behind restarts on its last `catchup` tokens
+                 vocab=None):       # sorted token ids the guesses are restricted to (a draft vocabulary); None: all
         self.model, self.vocab_size, self.catchup = model, model.cfg.vocab_size, catchup
+        self.vocab, self.mask = draft_mask(vocab, self.vocab_size, model.device)
         self.manifest = getattr(model, 'manifest', None)
-    def __repr__(self): return f"DraftProposer({self.model.cfg.n_layers} layers)"
+    def __repr__(self): return f"DraftProposer({self.model.cfg.n_layers} layers{vocab_note(self.vocab)})"
 
     def start(self, prompts, first_tokens, hidden=None, capacity=None):
         self.cache = self.model.new_cache(capacity=capacity or [self.model.cfg.max_seq_len] * len(prompts))
@@ -93,9 +106,10 @@ class DraftProposer(Proposer):
         W = max(len(p) for p in pending)
         x = torch.tensor([p + [0] * (W - len(p)) for p in pending], device=dev)          # [A, W]
         if hasattr(m, 'chain'):                                                       # the fused kernel: k guesses in one call
-            dq = m.chain(x, self.cache, sids, [len(p) for p in pending], ks, temperature=temperature, generator=generator)
+            dq = m.chain(x, self.cache, sids, [len(p) for p in pending], ks, temperature=temperature, generator=generator, vocab=self.vocab)
             if dq is not None: return dq
         logits = take_rows(m(x, self.cache, sids, n_new=[len(p) for p in pending]), [max(len(p) - 1, 0) for p in pending])  # [A, V]
+        if self.mask is not None: logits = logits + self.mask
         toks, qs = [], []
         for i in range(K):
             if temperature == 0: t = argmax(logits)
@@ -104,6 +118,7 @@ class DraftProposer(Proposer):
             toks.append(t)
             if i < K - 1:
                 logits = take_rows(m(t[:, None], self.cache, sids, n_new=[int(i < k - 1) for k in ks]), [0] * len(rows))
+                if self.mask is not None: logits = logits + self.mask
         return torch.stack(toks, 1), (torch.stack(qs, 1) if qs else None)
 
     def accept(self, rows, emitted, hidden=None):

@@ -14,7 +14,7 @@ from filelock import FileLock
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
-from .corpus import (SmallemError, load_tokens, load_tokenizer, tokenizer_hash, nats_per_byte, preset_name,
+from .corpus import (SmallemError, load_tokens, load_tokenizer, tokenizer_hash, nats_per_byte, preset_name, token_ranking,
                                  preset_dirs, smallem_home, TokenData)
 from .model import Smallem, ModelConfig, model_config, MODEL_NAMES
 
@@ -139,7 +139,10 @@ def save_checkpoint(model:Smallem, out:Path, name:str, record:dict, tok_hash:str
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     w = out/f'{name}.safetensors'
     save_file({k: v.detach().to('cpu', dtype).contiguous() for k, v in model.state_dict().items()}, str(w))
-    man = {'name': name, 'config': model.cfg.to_dict(), 'tokenizer_hash': tok_hash, 'weights_sha256': _sha256(w),
+    rk = out/'token_ranking.json'                   # the draft vocabularies' ranking (00_corpus), kept beside the models
+    if not rk.exists():
+        token_ranking(record['preset']); rk.write_text(next(f for d in preset_dirs(record['preset']) if (f := d/'token_ranking.json').exists()).read_text())
+    man = {'name': name, 'config': model.cfg.to_dict(), 'tokenizer_hash': tok_hash, 'weights_sha256': _sha256(w), 'token_ranking_sha256': _sha256(rk),
            'dtype': str(dtype).replace('torch.', ''), 'n_params': model.n_params(),
            'command': command or f"smallem_train --preset {record['preset']} --name {name} --steps {record['steps']} --out {out}",
            **record}

@@ -67,8 +67,9 @@ def verify_sampled(target_probs:torch.Tensor,  # [B, k+1, V]
     return _sampled(target_probs, draft_probs, draft_tokens, None, generator)
 
 # %% ../nbs/06_sampling.ipynb #7b117182
-def simulate(p_fn, q_fn, k:int, N:int, P:int, V:int, generator=None, residual:bool=True) -> torch.Tensor:  # [N, P]
-    "N generations of P tokens by speculative sampling; p_fn/q_fn(pos [n], prev [n]) -> probs [n, V]."
+def simulate(p_fn, q_fn, k:int, N:int, P:int, V:int, generator=None, residual:bool=True,
+             q_seen=None) -> torch.Tensor:  # [N, P]
+    "N generations of P tokens by speculative sampling; p_fn/q_fn(pos [n], prev [n]) -> probs [n, V]. `q_seen` (a control): the law the rule is told, when it is not the one the proposals come from."
     out = torch.full((N, P), -1, dtype=torch.long); length = torch.zeros(N, dtype=torch.long)
     prev = torch.zeros(N, dtype=torch.long)
     while (length < P).any():
@@ -76,7 +77,7 @@ def simulate(p_fn, q_fn, k:int, N:int, P:int, V:int, generator=None, residual:bo
         ds, qs, ps, cp, cv = [], [], [p_fn(pos0, prv)], pos0, prv
         for i in range(k):
             qi = q_fn(cp, cv); di = sample_probs(qi, generator)
-            ds.append(di); qs.append(qi); cp, cv = cp + 1, di
+            ds.append(di); qs.append(qi if q_seen is None else q_seen(cp, cv)); cp, cv = cp + 1, di
             ps.append(p_fn(cp, cv))
         toks, n = _sampled(torch.stack(ps, 1), torch.stack(qs, 1), torch.stack(ds, 1), None, generator, residual)
         for j in range(k + 1):
@@ -172,7 +173,7 @@ def exactness_cli(argv=None):
     p.add_argument('--pairs', type=int, default=200_000, help='draws for the article\'s pair test')
     p.add_argument('--positions', type=int, default=60_000, help='draws for the per-position tests')
     p.add_argument('--e2e', type=int, default=4000, help='continuations each way for the end-to-end test (0 skips it)')
-    p.add_argument('--proposer', default='draft2', help='draft2, draft4, mtp or ngram, for the end-to-end test')
+    p.add_argument('--proposer', default='draft2', help='draft2, draft4, mtp or ngram, or draft2_v<N>, draft4_v<N>, mtp_v<N> (a draft vocabulary of N tokens), for the end-to-end test')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--reference', action='store_true', help='test the reference model code instead of the fast path')
     a = p.parse_args(argv)
@@ -193,24 +194,18 @@ def exactness_cli(argv=None):
     if a.e2e:
         from smallem_spec.train import load_or_train
         from smallem_spec.corpus import preset_name, validation_prompts
-        from smallem_spec.spec import DraftProposer
+        from smallem_spec.bench import make_proposer, parse_proposer   # the benchmark's proposer names
         try:
+            base = parse_proposer(a.proposer)[0]
             preset = preset_name(a.preset); target = load_or_train(preset, 'target')
             wrap = (lambda m: m) if a.reference else __import__('smallem_spec.fast', fromlist=['FastSmallem']).FastSmallem
             target = wrap(target)
-            if a.proposer == 'mtp':
-                from smallem_spec.mtp import MTPProposer
-                mk = lambda: MTPProposer(target)
-            elif a.proposer in ('draft2', 'draft4'):
-                dm = wrap(load_or_train(preset, a.proposer)); mk = lambda: DraftProposer(dm)
-            elif a.proposer == 'ngram':
-                from smallem_spec.proposers import ngram_for
-                mk = lambda: ngram_for(target)
-            else: raise SmallemError(f"unknown proposer {a.proposer!r}; choose draft2, draft4, mtp or ngram")
+            models = {base: wrap(load_or_train(preset, base))} if base in ('draft2', 'draft4') else {}
+            mk = lambda: make_proposer(a.proposer, target, models, preset)
         except (SmallemError, ImportError) as e: p.exit(2, f"smallem_exactness: error: {e}\n")
         prompt = validation_prompts(preset, n=1)[0]
         path = 'reference' if a.reference else 'fast path'
-        for mode, exp in [('speculative', True), ('accept', False)] + ([('draft', False)] if a.proposer in ('draft2', 'draft4') else []) + [('biased', None)]:
+        for mode, exp in [('speculative', True), ('accept', False)] + ([('draft', False)] if base in ('draft2', 'draft4') else []) + [('biased', None)]:
             r = e2e_test(target, mk, prompt, a.e2e, seed=a.seed, mode=mode)
             label = {'speculative': f'(e2e) {preset} target + {a.proposer} ({path}), tokens 2-3', 'accept': '(e2e) control: every proposal accepted',
                      'draft': f'(e2e) control: plain {a.proposer} vs target', 'biased': '(e2e) power check: correction drawn from p'}[mode]
