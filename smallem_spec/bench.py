@@ -9,20 +9,20 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 import matplotlib.pyplot as plt
-from .corpus import SmallemError, preset_name, validation_prompts, draft_vocab
-from .generate import generate, pass_times
-from .spec import DraftProposer, speculative_generate
-from .proposers import NGramProposer
-from .mtp import MTPProposer
-from .cost import AdaptiveK, HeuristicK, expected_tokens_pos
+from .core import SmallemError, preset_name, argmax, sample_probs, sync
+from .corpus import validation_prompts
 from .train import load_or_train
+from .generate import generate, pass_times, probs_at
+from .fused import cpu_info, load_kernel, decide_sampled, sample_logits
 from .fast import FastSmallem
-from .fused import cpu_info
-from .generate import argmax, probs_at, sample_probs
+from .verify import _sampled, _greedy, _greedy_row
+from .spec import speculative_generate
+from .mtp import PROPOSERS, parse_proposer, make_proposer
+from .cost import AdaptiveK, HeuristicK, expected_tokens_pos
 
 # %% auto #0
-__all__ = ['PROPOSERS', 'proposer_cost', 'decide_time', 'measure_costs', 'parse_proposer', 'make_proposer', 'run_config', 'bench',
-           'format_table', 'verdict', 'result_path', 'plot_result', 'bench_cli']
+__all__ = ['proposer_cost', 'decide_time', 'measure_costs', 'run_config', 'bench', 'format_table', 'verdict', 'result_path',
+           'plot_result', 'bench_cli']
 
 # %% ../nbs/10_bench.ipynb #330878f3
 def _propose_time(target, make, chunks, k, temperature, n):
@@ -44,9 +44,6 @@ def proposer_cost(target, make, chunks:list[list[list[int]]], kmax:int, temperat
 @torch.inference_mode()
 def decide_time(batch:int, k:int, vocab:int, temperature:float, reps:int=30, device='cpu', lookup:bool=False) -> float:
     "Median seconds of a round's token arithmetic outside the passes, as the loop does it on this device: k proposals drawn (softmax and draw; for `lookup`, one-hot q) and the decision."
-    from smallem_spec.verify import _sampled
-    from smallem_spec.spec import _greedy, _greedy_row
-    from smallem_spec.fused import load_kernel, decide_sampled, sample_logits
     g = torch.Generator(device).manual_seed(0)
     lg = torch.randn(batch, k + 1, vocab, generator=g, device=device) * 3
     host = torch.device(device).type == 'cpu' and vocab % 16 == 0 and load_kernel() is not None   # the fused library's paths
@@ -92,26 +89,6 @@ def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, 
     return out
 
 # %% ../nbs/10_bench.ipynb #223f889b
-PROPOSERS = ('draft2', 'draft2_v1024', 'draft4', 'mtp', 'mtp_v1024', 'ngram')   # the benchmark's default set (draft vocabularies: 12b_draft_vocab)
-
-def parse_proposer(name:str) -> tuple[str, int|None]:
-    "A proposer's name: draft2, draft4, mtp or ngram, and for the first three `_v<N>`: guesses among the N most frequent tokens only."
-    base, sep, v = str(name).partition('_v')
-    if base not in ('draft2', 'draft4', 'mtp', 'ngram') or (sep and (base == 'ngram' or not v.isdigit() or int(v) < 1)):
-        raise SmallemError(f"unknown proposer {name!r}; choose from draft2, draft4, mtp, ngram, or draft2_v<N>, draft4_v<N>, mtp_v<N> (a draft vocabulary of N tokens)")
-    return base, int(v) if v else None
-
-def make_proposer(name:str, target, models:dict, preset:str|None=None):
-    "A fresh proposer by name (`models` holds the drafters by their base name)."
-    base, size = parse_proposer(name)
-    vocab = None if size is None else draft_vocab(preset or target.manifest['preset'], size)
-    if base in ('draft2', 'draft4'): return DraftProposer(models[base], vocab=vocab)
-    if base == 'mtp': return MTPProposer(target, vocab=vocab)
-    return NGramProposer(3, target.cfg.vocab_size)
-
-def _sync(dev):
-    if dev.type == 'cuda': torch.cuda.synchronize(dev)
-
 def run_config(target, models, prompts, new_tokens, proposer, k, temperature, batch, costs, seed=0) -> dict:
     "Run one configuration once; returns seconds, tokens, texts and pooled stats."
     dev = target.device
@@ -125,13 +102,13 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
         pol = AdaptiveK(kk, c, lambda j: costs['v'][j] + s[j] + c0)
     for i, ch in enumerate(chunks):
         g = torch.Generator(dev).manual_seed(seed + i)
-        _sync(dev); t0 = time.perf_counter()
+        sync(dev); t0 = time.perf_counter()
         if proposer == 'none':
             out, st = generate(target, ch, new_tokens, temperature, g, return_stats=True)
         else:
             if k == 'heuristic': kk = 6; pol = HeuristicK(kk)
             out, st = speculative_generate(target, make_proposer(proposer, target, models), ch, new_tokens, kk, temperature, g, k_policy=pol)
-        _sync(dev); secs += time.perf_counter() - t0
+        sync(dev); secs += time.perf_counter() - t0
         texts += out
         if proposer == 'none': agg['passes'] += st['passes']; continue
         for key in ('pos_proposed', 'pos_accepted'):

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
-from .corpus import SmallemError
+from .core import SmallemError
 
 # %% auto #0
 __all__ = ['DenseCache', 'dense_attention', 'Plan', 'PagedKVCache', 'paged_attention']

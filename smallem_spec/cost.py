@@ -4,9 +4,9 @@
 
 # %% ../nbs/09_cost_model.ipynb #a0a42585
 from __future__ import annotations
-import math, time
-import torch
-from .corpus import SmallemError
+import time
+from .core import SmallemError
+from .generate import pass_times
 
 # %% auto #0
 __all__ = ['expected_tokens', 'expected_tokens_pos', 'round_cost', 'predicted_speedup', 'alpha_for', 'measure_v', 'best_k',
@@ -44,7 +44,6 @@ def alpha_for(tokens_per_round:float, k:int) -> float:
 # %% ../nbs/09_cost_model.ipynb #769d8a79
 def measure_v(model, kmax:int=8, context:int=200, reps:int=30) -> dict:
     "v(k) = t(k+1) / t(1) for k = 0..kmax, measured on the model's device; also returns t(1) in seconds."
-    from smallem_spec.generate import pass_times
     t = pass_times(model, tuple(range(1, kmax + 2)), context, reps)
     return {'t1': t[1], 'v': {k: t[k + 1] / t[1] for k in range(kmax + 1)}}
 

@@ -8,7 +8,7 @@ import argparse, json, math, statistics, time
 from typing import List, Optional
 import torch
 import torch.nn.functional as F
-from .corpus import SmallemError, preset_name
+from .core import SmallemError, preset_name, median_time
 from .cache import PagedKVCache
 from .model import Smallem
 from .generate import pass_times
@@ -20,25 +20,18 @@ __all__ = ['machine_rates', 'FastKVCache', 'scripted_blocks', 'FastSmallem', 'co
            'format_kernels', 'kernels_cli', 'pass_breakdown']
 
 # %% ../nbs/12_fast_path.ipynb #6d44fcee
-def _median_time(f, reps:int, warmup:int=2, device='cpu') -> float:
-    sync = torch.cuda.synchronize if torch.device(device).type == 'cuda' else (lambda: None)
-    for _ in range(warmup): f()
-    ts = []
-    for _ in range(reps):
-        sync(); t0 = time.perf_counter(); f(); sync(); ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+def _mv_rate(size_mb:int, reps:int, device) -> float:
+    "GB/s read by a matrix-vector product over a `size_mb` MiB fp32 matrix (freed on return)."
+    W = torch.empty(size_mb * 2**20 // 4 // 4096, 4096, device=device).fill_(0.01); x = torch.ones(4096, device=device)
+    return W.numel() * 4 / median_time(lambda: torch.mv(W, x), reps, warmup=2, device=device) / 1e9
 
 def machine_rates(mb:int=1024, model_mb:int=17, reps:int=5, device='cpu') -> dict:
     "Read bandwidth of a matrix-vector product over `mb` MiB and over `model_mb` MiB of fp32 (GB/s), and the fp32 matrix-product rate (GFLOP/s)."
     with torch.inference_mode():
-        out = {}
-        for key, size in (('bandwidth_gbs', mb), ('bandwidth_model_size_gbs', model_mb)):
-            W = torch.empty(size * 2**20 // 4 // 4096, 4096, device=device).fill_(0.01); x = torch.ones(4096, device=device)
-            out[key] = W.numel() * 4 / _median_time(lambda: torch.mv(W, x), reps if size > 64 else 20 * reps, device=device) / 1e9
-            del W
+        out = {key: _mv_rate(size, reps if size > 64 else 20 * reps, device) for key, size in (('bandwidth_gbs', mb), ('bandwidth_model_size_gbs', model_mb))}
         n = 1024 if torch.device(device).type == 'cpu' else 8192
         A, B = torch.rand(n, n, device=device), torch.rand(n, n, device=device)
-        out['matmul_gflops'] = 2 * n**3 / _median_time(lambda: torch.mm(A, B), reps, device=device) / 1e9
+        out['matmul_gflops'] = 2 * n**3 / median_time(lambda: torch.mm(A, B), reps, warmup=2, device=device) / 1e9
     return out
 
 # %% ../nbs/12_fast_path.ipynb #346f3298

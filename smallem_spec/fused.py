@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from filelock import FileLock
 from fastcore.basics import patch
-from .corpus import SmallemError, smallem_home
+from .core import SmallemError, smallem_home
 
 # %% auto #0
 __all__ = ['KERNEL_SRC', 'cpu_info', 'PassArgs', 'pack_panels', 'load_kernel', 'fused_fits', 'FusedPass', 'sample_logits',

@@ -6,14 +6,14 @@
 from __future__ import annotations
 import argparse, math, time
 import torch
-import torch.nn.functional as F
-from .corpus import SmallemError, preset_name, load_tokenizer, validation_prompts
+from .core import SmallemError, preset_name, argmax, sample_probs, sync
+from .corpus import load_tokenizer, validation_prompts
 from .model import Smallem
 from .fused import load_kernel, sample_logits
 
 # %% auto #0
-__all__ = ['check_temperature', 'probs_at', 'argmax', 'take_rows', 'sample_probs', 'next_token', 'check_prompts', 'pages_needed',
-           'prefill', 'generate', 'pass_times', 'generate_cli']
+__all__ = ['check_temperature', 'probs_at', 'take_rows', 'next_token', 'check_prompts', 'pages_needed', 'prefill', 'generate',
+           'pass_times', 'generate_cli']
 
 # %% ../nbs/04_generate.ipynb #60a7fd0a
 def check_temperature(temperature:float):
@@ -25,13 +25,6 @@ def probs_at(logits:torch.Tensor, temperature:float) -> torch.Tensor:  # [..., V
     "softmax(logits / temperature) in fp32."
     return torch.softmax(logits.float() / temperature, -1)
 
-def argmax(x:torch.Tensor) -> torch.Tensor:  # [..., V] -> [...] int64
-    "Index of the largest value on the last axis, the first on ties as `torch.argmax`; on a CPU through NumPy, whose reduction costs a few µs where torch's costs tens on some processors."
-    best = getattr(x, 'rows_argmax', None)      # logits from the fused CPU kernel carry their argmax, computed while hot
-    if best is not None: return best
-    if x.device.type != 'cpu' or x.dtype not in (torch.float32, torch.float64): return x.argmax(-1)
-    return torch.from_numpy(x.numpy().argmax(-1))
-
 def take_rows(x:torch.Tensor, idx:list[int]) -> torch.Tensor:  # [B, T, V] -> [B, V]
     "Position idx[b] of each row b, keeping the argmax the fused kernel attached to the logits."
     same = all(i == idx[0] for i in idx)
@@ -40,15 +33,6 @@ def take_rows(x:torch.Tensor, idx:list[int]) -> torch.Tensor:  # [B, T, V] -> [B
     best = getattr(x, 'rows_argmax', None)
     if best is not None: out.rows_argmax = best[:, idx[0]] if same else best[ar, it]
     return out
-
-def sample_probs(probs:torch.Tensor, generator:torch.Generator|None=None) -> torch.Tensor:  # [..., V] -> [...]
-    "One draw from each row of `probs` (weights: rows need not sum to 1): the exponential race on a GPU (no host sync), the inverse CDF on a CPU."
-    if probs.device.type == 'cpu':
-        c = probs.double().cumsum(-1)
-        u = torch.rand(c.shape[:-1] + (1,), generator=generator, dtype=torch.float64) * c[..., -1:]
-        return torch.searchsorted(c, u, right=True)[..., 0].clamp_(max=probs.shape[-1] - 1)
-    e = torch.empty_like(probs).exponential_(generator=generator)
-    return argmax(probs / e)
 
 def next_token(logits:torch.Tensor, temperature:float=0.0, generator=None) -> torch.Tensor:  # [B, V] -> [B]
     "Greedy at temperature 0, else a sample from softmax(logits / temperature)."
@@ -124,9 +108,7 @@ def pass_times(model:Smallem, Ts=(1, 2, 4, 8), context:int=200, reps:int=30, bat
         x = torch.randint(1, model.cfg.vocab_size, (batch, T), generator=g).to(model.device)
         ts = []
         for r in range(reps + 3):
-            if model.device.type == 'cuda': torch.cuda.synchronize()
-            t0 = time.perf_counter(); model(x, cache, sids)
-            if model.device.type == 'cuda': torch.cuda.synchronize()
+            sync(model.device); t0 = time.perf_counter(); model(x, cache, sids); sync(model.device)
             ts.append(time.perf_counter() - t0)
             for s in sids: cache.keep(s, context)
         res[T] = sorted(ts[3:])[len(ts[3:]) // 2]

@@ -9,11 +9,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer
-from .corpus import SmallemError, EOT, preset_name, load_tokenizer, validation_prompts
+from .core import SmallemError, preset_name
+from .corpus import EOT, load_tokenizer, validation_prompts
 from .model import Smallem, ModelConfig, MODEL_NAMES
 from .generate import generate
-from .spec import DraftProposer, speculative_generate
-from .mtp import MTPProposer
+from .spec import speculative_generate
+from .mtp import make_proposer
 from .train import load_or_train
 
 # %% auto #0
@@ -215,8 +216,7 @@ def _peer_configs(target, draft, hf, new_tokens, assistant_tokens, lookup_tokens
     rows += [('transformers', 'assisted, draft2, constant', n, assisted(n)) for n in assistant_tokens]
     rows += [('transformers', 'prompt lookup', lookup_tokens, hf_run(prompt_lookup_num_tokens=lookup_tokens)),
              ('ours', 'plain', None, ours())]
-    rows += [('ours', 'draft2', k, ours(lambda: DraftProposer(draft), k)) for k in (2, 3)]
-    rows += [('ours', 'mtp', k, ours(lambda: MTPProposer(target), k)) for k in (1, 2)]
+    rows += [('ours', name, k, ours(lambda name=name: make_proposer(name, target, {'draft2': draft}), k)) for name, ks in (('draft2', (2, 3)), ('mtp', (1, 2))) for k in ks]
     return rows
 
 # %% ../nbs/11_interop.ipynb #12a2a0d4

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field, asdict
 import torch
 from torch import nn
 import torch.nn.functional as F
-from .corpus import SmallemError, VOCAB_SIZES, preset_name
-from .cache import PagedKVCache, Plan, paged_attention
+from .core import SmallemError, VOCAB_SIZES, preset_name
+from .cache import PagedKVCache, paged_attention
 
 # %% auto #0
 __all__ = ['PRESETS', 'MODEL_NAMES', 'ModelConfig', 'model_config', 'RMSNorm', 'rope_table', 'apply_rope', 'Attention',

@@ -5,12 +5,15 @@
 # %% ../nbs/08_mtp.ipynb #2fde9cf0
 from __future__ import annotations
 import torch
-from .corpus import SmallemError
-from .generate import argmax, take_rows, probs_at, sample_probs
-from .spec import Proposer, draft_mask, vocab_note
+from .core import SmallemError
+from .core import argmax, sample_probs
+from .generate import take_rows, probs_at
+from .spec import Proposer, DraftProposer, draft_mask, vocab_note
+from .proposers import NGramProposer
+from .corpus import draft_vocab
 
 # %% auto #0
-__all__ = ['MTPProposer']
+__all__ = ['PROPOSERS', 'MTPProposer', 'parse_proposer', 'make_proposer']
 
 # %% ../nbs/08_mtp.ipynb #484f3b0d
 class MTPProposer(Proposer):
@@ -79,3 +82,21 @@ class MTPProposer(Proposer):
 
     def finish(self):
         for s in self.sids: self.cache.free(s)
+
+# %% ../nbs/08_mtp.ipynb #c08r0002
+PROPOSERS = ('draft2', 'draft2_v1024', 'draft4', 'mtp', 'mtp_v1024', 'ngram')   # the benchmark's default set (draft vocabularies: 12b_draft_vocab)
+
+def parse_proposer(name:str) -> tuple[str, int|None]:
+    "A proposer's name: draft2, draft4, mtp or ngram, and for the first three `_v<N>`: guesses among the N most frequent tokens only."
+    base, sep, v = str(name).partition('_v')
+    if base not in ('draft2', 'draft4', 'mtp', 'ngram') or (sep and (base == 'ngram' or not v.isdigit() or int(v) < 1)):
+        raise SmallemError(f"unknown proposer {name!r}; choose from draft2, draft4, mtp, ngram, or draft2_v<N>, draft4_v<N>, mtp_v<N> (a draft vocabulary of N tokens)")
+    return base, int(v) if v else None
+
+def make_proposer(name:str, target, models:dict, preset:str|None=None):
+    "A fresh proposer by name (`models` holds the drafters by their base name)."
+    base, size = parse_proposer(name)
+    vocab = None if size is None else draft_vocab(preset or target.manifest['preset'], size)
+    if base in ('draft2', 'draft4'): return DraftProposer(models[base], vocab=vocab)
+    if base == 'mtp': return MTPProposer(target, vocab=vocab)
+    return NGramProposer(3, target.cfg.vocab_size)

@@ -4,10 +4,9 @@
 
 # %% ../nbs/07_drafters.ipynb #cf4a492d
 from __future__ import annotations
-import time
 import torch
-from .corpus import SmallemError
-from .spec import Proposer, DraftProposer, speculative_generate
+from .core import SmallemError
+from .spec import Proposer, speculative_generate
 
 # %% auto #0
 __all__ = ['lookup', 'NGramProposer', 'ngram_for', 'acceptance_profile']

@@ -6,55 +6,16 @@
 from __future__ import annotations
 import time
 import torch
-from .corpus import SmallemError
+from .core import SmallemError
 from .model import Smallem
 from .fused import load_kernel, decide_sampled
-from .generate import argmax, take_rows, check_prompts, check_temperature, next_token, probs_at, prefill, sample_probs
+from .core import argmax, sample_probs, sync
+from .verify import _greedy, _greedy_row, _sampled
+from .generate import take_rows, check_prompts, check_temperature, next_token, probs_at, prefill
 
 # %% auto #0
-__all__ = ['PARTS', 'check_verify_shapes', 'verify_greedy', 'Proposer', 'draft_mask', 'vocab_note', 'DraftProposer',
-           'check_proposer', 'speculative_generate', 'ConstantProposer']
-
-# %% ../nbs/05_greedy.ipynb #c89a245c
-def _greedy(target_logits:torch.Tensor,   # [B, k+1, V]
-            draft_tokens:torch.Tensor,    # [B, k]
-            n_proposed:torch.Tensor|None=None):  # [B] proposals that count per row (default k)
-    "Greedy decision; returns (tokens [B, k+1] padded with -1, n_accepted [B])."
-    B, k = draft_tokens.shape
-    best = argmax(target_logits)                                       # [B, k+1]
-    ok = draft_tokens == best[:, :k]                                      # [B, k]
-    if n_proposed is not None: ok &= torch.arange(k, device=ok.device) < n_proposed[:, None]
-    n = ok.long().cumprod(-1).sum(-1)                                     # [B]
-    idx = torch.arange(k + 1, device=ok.device)[None]                     # [1, k+1]
-    padded = torch.cat([draft_tokens, draft_tokens.new_full((B, 1), -1)], 1)
-    tokens = torch.where(idx < n[:, None], padded, torch.where(idx == n[:, None], best, -1))
-    return tokens, n
-
-def _greedy_row(best:list[int], draft:list[int], k:int) -> list[int]:
-    "One row's greedy decision on host integers: the accepted proposals, the target's token, then the count accepted."
-    n = 0
-    while n < k and draft[n] == best[n]: n += 1
-    return draft[:n] + [best[n], n]
-
-# %% ../nbs/05_greedy.ipynb #0b02afed
-def check_verify_shapes(target:torch.Tensor, draft_tokens:torch.Tensor, draft_probs:torch.Tensor|None=None):
-    "One-line errors for inconsistent verification inputs."
-    if target.dim() != 3: raise SmallemError(f"target logits/probs must be [B, k+1, V], got shape {tuple(target.shape)}")
-    if draft_tokens.dim() != 2: raise SmallemError(f"draft_tokens must be [B, k], got shape {tuple(draft_tokens.shape)}")
-    B, k1, V = target.shape
-    if draft_tokens.shape != (B, k1 - 1): raise SmallemError(f"draft_tokens shape {tuple(draft_tokens.shape)} does not match target shape {tuple(target.shape)} (want [{B}, {k1 - 1}])")
-    if k1 < 2: raise SmallemError("need at least one proposal (k >= 1)")
-    if draft_probs is not None and draft_probs.shape != (B, k1 - 1, V):
-        raise SmallemError(f"draft_probs shape {tuple(draft_probs.shape)} does not match target shape {tuple(target.shape)} (want [{B}, {k1 - 1}, {V}])")
-    if draft_tokens.dtype not in (torch.int64, torch.int32) or (draft_tokens.numel() and (draft_tokens.min() < 0 or draft_tokens.max() >= V)):
-        raise SmallemError(f"draft_tokens must be integer ids in [0, {V})")
-
-def verify_greedy(target_logits:torch.Tensor,   # [B, k+1, V]
-                  draft_tokens:torch.Tensor     # [B, k]
-                 ) -> tuple[torch.Tensor, torch.Tensor]:  # tokens [B, k+1] padded with -1, n_accepted [B]
-    "Accept the longest prefix of proposals equal to the target's argmax, then the target's own token."
-    check_verify_shapes(target_logits, draft_tokens)
-    return _greedy(target_logits, draft_tokens)
+__all__ = ['PARTS', 'Proposer', 'draft_mask', 'vocab_note', 'DraftProposer', 'check_proposer', 'speculative_generate',
+           'ConstantProposer']
 
 # %% ../nbs/05_greedy.ipynb #098af032
 class Proposer:
@@ -132,13 +93,9 @@ class DraftProposer(Proposer):
 
 # %% ../nbs/05_greedy.ipynb #a7b6e656
 def _decide(logits, draft_tokens, q, ks_t, temperature, generator, residual=True):
-    "Greedy or sampled decision for one round (the sampled rule lives in `smallem_spec.verify`)."
+    "Greedy or sampled decision for one round, by the rules of `smallem_spec.verify`."
     if temperature == 0: return _greedy(logits, draft_tokens, ks_t)
-    from smallem_spec.verify import _sampled
     return _sampled(probs_at(logits, temperature), q, draft_tokens, ks_t, generator, residual)
-
-def _sync(dev):
-    if dev.type == 'cuda': torch.cuda.synchronize(dev)
 
 def check_proposer(target:Smallem, proposer:Proposer):
     "Refuse a proposer whose vocabulary or tokenizer is not the target's."
@@ -204,7 +161,7 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
                     if on_round is not None: on_round(cache, sids, out)
                     continue
                 d, q = proposer.propose(rows, ks, temperature, generator)             # [A, K], [A, K, V] | None
-                _sync(dev); t1 = clock()
+                sync(dev); t1 = clock()
                 x = torch.cat([torch.tensor([[last[b]] for b in rows], device=dev), d], 1)   # [A, K+1]
                 res = target(x, cache, [sids[b] for b in rows], n_new=[kb + 1 for kb in ks], return_hidden=proposer.needs_hidden)
                 lg, h = res if isinstance(res, tuple) else (res, None)
@@ -216,7 +173,7 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
                 else:
                     toks, n = _decide(lg, d, q, None if min(ks) == K else torch.tensor(ks, device=dev), temperature, generator, _residual)
                     both = torch.cat([toks, n[:, None]], 1).tolist()                 # the one host sync of the round
-                _sync(dev); t3 = clock()
+                sync(dev); t3 = clock()
                 emitted, ns = [], []
                 for row, b in zip(both, rows):
                     nb = row[-1]; em = row[:nb + 1]; ns.append(nb)

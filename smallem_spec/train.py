@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_train.ipynb #f03b3639
 from __future__ import annotations
-import argparse, hashlib, json, math, os, shlex, sys, time
+import argparse, hashlib, json, math, time
 from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 import numpy as np
@@ -14,9 +14,9 @@ from filelock import FileLock
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
-from .corpus import (SmallemError, load_tokens, load_tokenizer, tokenizer_hash, nats_per_byte, preset_name, token_ranking,
-                                 preset_dirs, smallem_home, TokenData)
-from .model import Smallem, ModelConfig, model_config, MODEL_NAMES
+from .core import SmallemError, preset_name, preset_dirs, smallem_home
+from .corpus import load_tokens, load_tokenizer, tokenizer_hash, token_ranking, TokenData
+from .model import Smallem, model_config, MODEL_NAMES
 
 # %% auto #0
 __all__ = ['TRAIN_PRESETS', 'TrainConfig', 'lr_at', 'losses', 'train_batch', 'evaluate', 'default_device', 'train_model',

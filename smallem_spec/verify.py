@@ -4,17 +4,65 @@
 
 # %% ../nbs/06_sampling.ipynb #6685e62e
 from __future__ import annotations
-import argparse, math, sys
 import numpy as np
 import torch
 from scipy import stats as sstats
-from .corpus import SmallemError
-from .generate import sample_probs
-from .spec import check_verify_shapes
+from .core import SmallemError, argmax, sample_probs
 
 # %% auto #0
-__all__ = ['check_probs', 'verify_sampled', 'simulate', 'toy_pair_laws', 'pair_test', 'gof', 'position_test', 'e2e_test',
-           'exactness_cli']
+__all__ = ['check_verify_shapes', 'check_n_proposed', 'verify_greedy', 'check_probs', 'verify_sampled', 'simulate',
+           'toy_pair_laws', 'pair_test', 'gof', 'position_test']
+
+# %% ../nbs/06_sampling.ipynb #c06a0002
+def _greedy(target_logits:torch.Tensor,   # [B, k+1, V]
+            draft_tokens:torch.Tensor,    # [B, k]
+            n_proposed:torch.Tensor|None=None):  # [B] proposals that count per row (default k)
+    "Greedy decision; returns (tokens [B, k+1] padded with -1, n_accepted [B])."
+    B, k = draft_tokens.shape
+    best = argmax(target_logits)                                       # [B, k+1]
+    ok = draft_tokens == best[:, :k]                                      # [B, k]
+    if n_proposed is not None: ok &= torch.arange(k, device=ok.device) < n_proposed[:, None]
+    n = ok.long().cumprod(-1).sum(-1)                                     # [B]
+    idx = torch.arange(k + 1, device=ok.device)[None]                     # [1, k+1]
+    padded = torch.cat([draft_tokens, draft_tokens.new_full((B, 1), -1)], 1)
+    tokens = torch.where(idx < n[:, None], padded, torch.where(idx == n[:, None], best, -1))
+    return tokens, n
+
+def _greedy_row(best:list[int], draft:list[int], k:int) -> list[int]:
+    "One row's greedy decision on host integers: the accepted proposals, the target's token, then the count accepted."
+    n = 0
+    while n < k and draft[n] == best[n]: n += 1
+    return draft[:n] + [best[n], n]
+
+# %% ../nbs/06_sampling.ipynb #c06a0003
+def check_verify_shapes(target:torch.Tensor, draft_tokens:torch.Tensor, draft_probs:torch.Tensor|None=None):
+    "One-line errors for inconsistent verification inputs."
+    if target.dim() != 3: raise SmallemError(f"target logits/probs must be [B, k+1, V], got shape {tuple(target.shape)}")
+    if draft_tokens.dim() != 2: raise SmallemError(f"draft_tokens must be [B, k], got shape {tuple(draft_tokens.shape)}")
+    B, k1, V = target.shape
+    if draft_tokens.shape != (B, k1 - 1): raise SmallemError(f"draft_tokens shape {tuple(draft_tokens.shape)} does not match target shape {tuple(target.shape)} (want [{B}, {k1 - 1}])")
+    if k1 < 2: raise SmallemError("need at least one proposal (k >= 1)")
+    if draft_probs is not None and draft_probs.shape != (B, k1 - 1, V):
+        raise SmallemError(f"draft_probs shape {tuple(draft_probs.shape)} does not match target shape {tuple(target.shape)} (want [{B}, {k1 - 1}, {V}])")
+    if draft_tokens.dtype not in (torch.int64, torch.int32) or (draft_tokens.numel() and (draft_tokens.min() < 0 or draft_tokens.max() >= V)):
+        raise SmallemError(f"draft_tokens must be integer ids in [0, {V})")
+
+def check_n_proposed(n_proposed, B:int, k:int):
+    "None, or per-row counts of proposals in [0, k] as a LongTensor [B]."
+    if n_proposed is None: return None
+    n = torch.as_tensor(n_proposed)
+    if n.shape != (B,) or n.dtype not in (torch.int64, torch.int32) or (n < 0).any() or (n > k).any():
+        raise SmallemError(f"n_proposed must be {B} integers in [0, {k}] (got {n_proposed!r})")
+    return n.long()
+
+def verify_greedy(target_logits:torch.Tensor,   # [B, k+1, V]
+                  draft_tokens:torch.Tensor,    # [B, k]
+                  n_proposed=None               # [B] proposals that count per row (default k)
+                 ) -> tuple[torch.Tensor, torch.Tensor]:  # tokens [B, k+1] padded with -1, n_accepted [B]
+    "Accept the longest prefix of proposals equal to the target's argmax, then the target's own token."
+    check_verify_shapes(target_logits, draft_tokens)
+    n = check_n_proposed(n_proposed, *draft_tokens.shape)
+    return _greedy(target_logits, draft_tokens, None if n is None else n.to(draft_tokens.device))
 
 # %% ../nbs/06_sampling.ipynb #e92b93eb
 def _sampled(target_probs:torch.Tensor,   # [B, k+1, V] p at each position (temperature applied)
@@ -59,12 +107,14 @@ def check_probs(x:torch.Tensor, what:str, tol:float=1e-3):
 def verify_sampled(target_probs:torch.Tensor,  # [B, k+1, V]
                    draft_probs:torch.Tensor,   # [B, k, V]
                    draft_tokens:torch.Tensor,  # [B, k]
-                   generator:torch.Generator|None=None
+                   generator:torch.Generator|None=None,
+                   n_proposed=None             # [B] proposals that count per row (default k)
                   ) -> tuple[torch.Tensor, torch.Tensor]:  # tokens [B, k+1] padded with -1, n_accepted [B]
     "Speculative sampling: accept with min(1, p/q), correct from norm(max(0, p - q)), bonus from p."
     check_verify_shapes(target_probs, draft_tokens, draft_probs)
     check_probs(target_probs, 'target_probs'); check_probs(draft_probs, 'draft_probs')
-    return _sampled(target_probs, draft_probs, draft_tokens, None, generator)
+    n = check_n_proposed(n_proposed, *draft_tokens.shape)
+    return _sampled(target_probs, draft_probs, draft_tokens, None if n is None else n.to(draft_tokens.device), generator)
 
 # %% ../nbs/06_sampling.ipynb #7b117182
 def simulate(p_fn, q_fn, k:int, N:int, P:int, V:int, generator=None, residual:bool=True,
@@ -137,83 +187,3 @@ def position_test(N:int=60_000, k:int=3, V:int=40, P:int=3, temperature:float=0.
         res.append(dict(position=j + 1, stat=s, pvalue=pv, df=df, threshold=sstats.chi2.ppf(0.999, df),
                         acceptance=torch.minimum(pt[j], qt[j]).sum().item()))
     return res
-
-# %% ../nbs/06_sampling.ipynb #c9723bbb
-def e2e_test(target, proposer_fn, prompt:list[int], N:int=4000, k:int=2, temperature:float=1.0, seed:int=0,
-             bins:int=40, chunk:int=1000, mode:str='speculative') -> dict:
-    "Two-sample chi-squared tests of generated tokens 2 and 3: plain target sampling vs `mode` (speculative, or a control: biased, accept, draft)."
-    from collections import Counter
-    from smallem_spec.generate import generate
-    from smallem_spec.spec import speculative_generate
-    g = torch.Generator(target.device).manual_seed(seed)
-    a, b = [Counter(), Counter()], [Counter(), Counter()]
-    for i in range(0, N, chunk):
-        n = min(chunk, N - i)
-        plain = generate(target, [prompt] * n, 3, temperature, g)
-        if mode == 'draft': other = generate(proposer_fn().model, [prompt] * n, 3, temperature, g)
-        else: other = speculative_generate(target, proposer_fn(), [prompt] * n, 4, k, temperature, g,
-                                           _residual={'speculative': True, 'biased': False, 'accept': 'accept'}[mode])[0]
-        for j in (0, 1):
-            a[j].update(o[j + 1] for o in plain); b[j].update(o[j + 1] for o in other)
-    res = []
-    for j in (0, 1):
-        top = [t for t, _ in (a[j] + b[j]).most_common(bins)]
-        table = np.array([[c[t] for t in top] + [N - sum(c[t] for t in top)] for c in (a[j], b[j])])
-        table = table[:, table.sum(0) > 0]
-        r = sstats.chi2_contingency(table, correction=False)
-        res.append(dict(position=j + 2, stat=float(r.statistic), pvalue=float(r.pvalue), df=int(r.dof),
-                        threshold=sstats.chi2.ppf(0.999, r.dof), top_share=table[:, :-1].sum() / (2 * N)))
-    return max(res, key=lambda r: r['stat'] / r['threshold'])
-
-# %% ../nbs/06_sampling.ipynb #c4485c65
-def exactness_cli(argv=None):
-    "Command line: the chi-squared certification of speculative sampling, with negative controls."
-    p = argparse.ArgumentParser(prog='smallem_exactness', description='Chi-squared tests that speculative sampling keeps the target distribution.')
-    p.add_argument('--preset', default=None, help='models for the end-to-end test (default: $SMALLEM_PRESET, else by device)')
-    p.add_argument('--pairs', type=int, default=200_000, help='draws for the article\'s pair test')
-    p.add_argument('--positions', type=int, default=60_000, help='draws for the per-position tests')
-    p.add_argument('--e2e', type=int, default=4000, help='continuations each way for the end-to-end test (0 skips it)')
-    p.add_argument('--proposer', default='draft2', help='draft2, draft4, mtp or ngram, or draft2_v<N>, draft4_v<N>, mtp_v<N> (a draft vocabulary of N tokens), for the end-to-end test')
-    p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--reference', action='store_true', help='test the reference model code instead of the fast path')
-    a = p.parse_args(argv)
-    for f in ('pairs', 'positions', 'e2e'):
-        if getattr(a, f) < (0 if f == 'e2e' else 100): p.exit(2, f"smallem_exactness: error: --{f} is too small ({getattr(a, f)})\n")
-    rows = []
-    def row(name, stat, thr, pv, expect_pass):   # expect_pass None: a power check, reported, not counted
-        ok = stat < thr
-        rows.append((name, stat, thr, pv, 'pass' if ok else 'REJECT', None if expect_pass is None else ok == expect_pass))
-    r = pair_test(a.pairs, seed=a.seed)
-    row('(a) pairs, V=5, k=2 vs target law', r['stat'], r['threshold'], r['pvalue'], True)
-    row('(b) control: same draws vs proposer law', r['control_stat'], r['threshold'], r['control_pvalue'], False)
-    for name, kw, exp in [('(c) k=3 T=0.7 V=40', {}, True), ('(c) adversarial q = softmax(-z)', dict(adversarial=True, scale=3.0), True),
-                          ('(c) control: correction drawn from p', dict(residual=False), False)]:
-        res = position_test(a.positions, seed=a.seed, **kw)
-        worst = max(res, key=lambda x: x['stat'] / x['threshold'])   # the position closest to (or furthest past) rejection
-        row(f"{name}, worst of {len(res)} positions (pos {worst['position']})", worst['stat'], worst['threshold'], worst['pvalue'], exp)
-    if a.e2e:
-        from smallem_spec.train import load_or_train
-        from smallem_spec.corpus import preset_name, validation_prompts
-        from smallem_spec.bench import make_proposer, parse_proposer   # the benchmark's proposer names
-        try:
-            base = parse_proposer(a.proposer)[0]
-            preset = preset_name(a.preset); target = load_or_train(preset, 'target')
-            wrap = (lambda m: m) if a.reference else __import__('smallem_spec.fast', fromlist=['FastSmallem']).FastSmallem
-            target = wrap(target)
-            models = {base: wrap(load_or_train(preset, base))} if base in ('draft2', 'draft4') else {}
-            mk = lambda: make_proposer(a.proposer, target, models, preset)
-        except (SmallemError, ImportError) as e: p.exit(2, f"smallem_exactness: error: {e}\n")
-        prompt = validation_prompts(preset, n=1)[0]
-        path = 'reference' if a.reference else 'fast path'
-        for mode, exp in [('speculative', True), ('accept', False)] + ([('draft', False)] if base in ('draft2', 'draft4') else []) + [('biased', None)]:
-            r = e2e_test(target, mk, prompt, a.e2e, seed=a.seed, mode=mode)
-            label = {'speculative': f'(e2e) {preset} target + {a.proposer} ({path}), tokens 2-3', 'accept': '(e2e) control: every proposal accepted',
-                     'draft': f'(e2e) control: plain {a.proposer} vs target', 'biased': '(e2e) power check: correction drawn from p'}[mode]
-            row(label, r['stat'], r['threshold'], r['pvalue'], exp)
-    w = max(len(r[0]) for r in rows)
-    print(f"{'test':{w}s}  {'chi2':>12s}  {'threshold':>9s}  {'p-value':>9s}  verdict  expected")
-    for name, stat, thr, pv, verdict, good in rows:
-        print(f"{name:{w}s}  {stat:12.1f}  {thr:9.1f}  {pv:9.3g}  {verdict:7s}  {'-' if good is None else 'yes' if good else 'NO'}")
-    counted = [r for r in rows if r[-1] is not None]; bad = sum(not r[-1] for r in counted)
-    print(f"{len(counted) - bad} of {len(counted)} verdicts as expected (tests at the 0.1% level; controls must be rejected; power checks not counted)")
-    if bad: sys.exit(1)

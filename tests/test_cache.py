@@ -2,7 +2,7 @@
 import random
 import pytest, torch
 from smallem_spec.cache import PagedKVCache, DenseCache, dense_attention, paged_attention
-from smallem_spec.corpus import SmallemError
+from smallem_spec.core import SmallemError
 
 N_WALKS = 2000
 

@@ -1,9 +1,8 @@
 "Committed checkpoints load fast and are refused when tampered with, truncated or mismatched."
 import json, shutil, time
-from pathlib import Path
-import pytest, torch
+import pytest
 from smallem_spec.train import load_checkpoint, load_or_train
-from smallem_spec.corpus import SmallemError, repo_models_dir
+from smallem_spec.core import SmallemError, repo_models_dir
 from smallem_spec.model import MODEL_NAMES
 
 CPU = repo_models_dir()/'cpu'

@@ -1,5 +1,5 @@
 "Commands: --help works; bad flags give a usage line and a one-line error, never a traceback."
-import subprocess, sys, shutil
+import subprocess
 import pytest
 
 COMMANDS = ['smallem_train', 'smallem_generate', 'smallem_exactness', 'smallem_bench', 'smallem_export_hf', 'smallem_kernels']

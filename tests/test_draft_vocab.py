@@ -3,14 +3,15 @@ logits masked (tokens and q), q is zero outside the vocabulary, greedy text is t
 target's law end to end, and bad vocabularies or proposer names give one-line errors."""
 import json, hashlib
 import pytest, torch
-from smallem_spec.corpus import SmallemError, draft_vocab, token_ranking, repo_models_dir, load_tokens
+from smallem_spec.core import SmallemError, repo_models_dir
+from smallem_spec.corpus import draft_vocab, token_ranking, load_tokens
 from smallem_spec.fast import FastSmallem
 from smallem_spec.fused import load_kernel
 from smallem_spec.generate import generate
 from smallem_spec.spec import DraftProposer, speculative_generate
 from smallem_spec.mtp import MTPProposer
-from smallem_spec.verify import e2e_test
-from smallem_spec.bench import parse_proposer, make_proposer
+from smallem_spec.exactness import e2e_test
+from smallem_spec.mtp import parse_proposer, make_proposer
 
 @pytest.fixture(scope='module')
 def fast(cpu_models):

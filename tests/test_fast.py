@@ -1,13 +1,13 @@
 """The fast path computes the reference model's function: logits, caches, greedy identity for every proposer,
 the graph bookkeeping (emulated on the CPU), and the end-to-end sampling test with its negative control."""
 import pytest, torch
-from smallem_spec.fast import FastSmallem, FastKVCache
+from smallem_spec.fast import FastSmallem
 from smallem_spec.generate import generate
 from smallem_spec.spec import speculative_generate, DraftProposer
 from smallem_spec.mtp import MTPProposer
 from smallem_spec.proposers import ngram_for
-from smallem_spec.verify import e2e_test
-from smallem_spec.corpus import SmallemError
+from smallem_spec.exactness import e2e_test
+from smallem_spec.core import SmallemError
 
 @pytest.fixture(scope='module')
 def fast(cpu_models):

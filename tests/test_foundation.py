@@ -1,9 +1,9 @@
 "The foundation: paged == dense == full forward; cached == uncached generation; bad input refused with state intact."
-import json, subprocess, sys
 import pytest, torch
 from smallem_spec.model import Smallem, model_config
 from smallem_spec.generate import generate
-from smallem_spec.corpus import SmallemError, load_corpus, preset_name, validation_prompts, load_tokenizer
+from smallem_spec.core import SmallemError, preset_name
+from smallem_spec.corpus import load_corpus, validation_prompts, load_tokenizer
 from smallem_spec.train import load_or_train
 
 def test_paged_equals_full_forward_cpu_preset():

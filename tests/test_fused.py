@@ -81,7 +81,7 @@ def test_fused_rule_planted_bias_rejected(fused_rule):
 
 def test_sample_logits_is_exact():
     "200,000 draws from softmax(z / 0.7), V = 32: chi-squared at 0.1% (false-failure rate 0.1%); a shifted law is rejected."
-    import numpy as np, scipy.stats as ss
+    import scipy.stats as ss
     g = torch.Generator().manual_seed(11)
     z = torch.randn(32, generator=g) * 2
     x = sample_logits(z.expand(200_000, 32).contiguous(), 0.7, g)
@@ -117,13 +117,13 @@ def test_fallback_without_the_kernel(tmp_path):
     assert 'using the scripted path' in r.stderr
 
 def test_kernel_refused_where_it_cannot_run(cpu_models):
-    from smallem_spec.corpus import SmallemError
+    from smallem_spec.core import SmallemError
     with pytest.raises(SmallemError, match="kernel must be"): FastSmallem(cpu_models['target'], kernel='cuda')
     with pytest.raises(SmallemError, match="fp32 models on a CPU"): FastSmallem(cpu_models['target'], kernel='fused', graphs='emulate')
 
 def test_bad_input_refused_and_nothing_changes(fast):
     "Token ids outside the vocabulary, or a cache of another shape, get a one-line error and leave the cache as it was."
-    from smallem_spec.corpus import SmallemError
+    from smallem_spec.core import SmallemError
     t, d = fast['target'], fast['draft2']
     c = t.new_cache(capacity=[64]); s = [c.new_seq()]
     t(torch.ones(1, 10, dtype=torch.long), c, s)

@@ -1,15 +1,16 @@
 """Reliability: a sweep of bad inputs through the public functions (one-line errors, state unchanged and usable),
 determinism, long runs. Cache fuzzing lives in test_cache.py, command flags in test_commands.py."""
-import hashlib, math, os, resource
+import hashlib, resource
 import pytest, torch
-from smallem_spec.corpus import SmallemError, preset_name, load_corpus, validation_prompts
-from smallem_spec.cache import PagedKVCache
+from smallem_spec.core import SmallemError, preset_name
+from smallem_spec.corpus import load_corpus, validation_prompts
 from smallem_spec.generate import generate
-from smallem_spec.spec import speculative_generate, DraftProposer, ConstantProposer, verify_greedy, Proposer
+from smallem_spec.spec import speculative_generate, DraftProposer, ConstantProposer
+from smallem_spec.verify import verify_greedy
 from smallem_spec.verify import verify_sampled
 from smallem_spec.proposers import NGramProposer
 from smallem_spec.mtp import MTPProposer
-from smallem_spec.train import load_or_train, load_checkpoint
+from smallem_spec.train import load_or_train
 from smallem_spec.model import model_config
 
 def weights_hash(m):

@@ -1,8 +1,9 @@
 "Greedy speculative decoding equals plain greedy decoding; both caches hold exactly the accepted prefix."
 import pytest, torch
 from smallem_spec.generate import generate
-from smallem_spec.spec import speculative_generate, DraftProposer, ConstantProposer, verify_greedy
-from smallem_spec.corpus import SmallemError
+from smallem_spec.spec import speculative_generate, DraftProposer, ConstantProposer
+from smallem_spec.verify import verify_greedy
+from smallem_spec.core import SmallemError
 
 NEW = 200
 

@@ -2,9 +2,10 @@
 Every test rejects at the 0.1% level: with a fixed seed it is deterministic; over random seeds a correct
 sampler would fail it with probability 0.001 (0.003 for the three per-position tests together)."""
 import pytest, torch
-from smallem_spec.verify import pair_test, position_test, e2e_test, verify_sampled, _sampled
+from smallem_spec.verify import pair_test, position_test, verify_sampled
+from smallem_spec.exactness import e2e_test
 from smallem_spec.spec import DraftProposer
-from smallem_spec.corpus import SmallemError
+from smallem_spec.core import SmallemError
 
 def test_pairs_article():
     r = pair_test(200_000, k=2, seed=1)
