@@ -41,6 +41,7 @@ def proposer_cost(target, make, chunks:list[list[list[int]]], kmax:int, temperat
     c = (per[kmax] - per[1]) / (kmax - 1)
     return per[1] - c, c
 
+# %% ../nbs/10_bench.ipynb #fcc31ae1
 @torch.inference_mode()
 def decide_time(batch:int, k:int, vocab:int, temperature:float, reps:int=30, device='cpu', lookup:bool=False) -> float:
     "Median seconds of a round's token arithmetic outside the passes, as the loop does it on this device: k proposals drawn (softmax and draw; for `lookup`, one-hot q) and the decision."
@@ -68,6 +69,7 @@ def decide_time(batch:int, k:int, vocab:int, temperature:float, reps:int=30, dev
         t0 = time.perf_counter(); f(); ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
 
+# %% ../nbs/10_bench.ipynb #827bb48a
 def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, temperatures=(0.0,), rounds:int=3, preset=None,
                   context:int=200) -> dict:
     "t(1) and v(k) for k = 0..kmax with `context` tokens cached, each proposer's in-loop cost (c0, c) per temperature, and the token arithmetic s(k) per temperature, at one batch size (medians of `rounds` interleaved measurements)."
@@ -127,29 +129,18 @@ def _predict(alphas, ks_used, c, v, t_step, h, s=None, occupancy:float=1.0, t_un
     den = sum((v[k] * t_unit + (c0 + k * c + (s[k] if s else 0.0)) * t1 if k else t_step) + h for k in ks_used)
     return num / den
 
-def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=PROPOSERS, ks=(1, 2, 3, 4, 'adaptive'),
-          temperatures=(0.0, 1.0), batches=(1, 8), repeats:int=3, progress:bool=True, device=None, fast:bool=True) -> dict:
-    "Run the benchmark grid on the fast path (or the reference code); returns {'meta': ..., 'rows': [...]}."
-    preset = preset_name(preset)
+# %% ../nbs/10_bench.ipynb #9abaaae6
+def _check_grid(proposers, ks, temperatures, n_prompts, new_tokens, repeats, batches):
+    "One-line errors for a benchmark grid."
     for p in proposers: parse_proposer(p)
     for k in ks:
         if not (k in ('adaptive', 'heuristic') or (isinstance(k, int) and 1 <= k <= 16)): raise SmallemError(f"bad k {k!r}: an integer in 1..16, adaptive or heuristic")
     for T in temperatures:
         if not (isinstance(T, (int, float)) and T >= 0 and not math.isnan(T)): raise SmallemError(f"temperature must be a number >= 0 (got {T!r})")
     if n_prompts < 1 or new_tokens < 1 or repeats < 1 or any(b < 1 for b in batches): raise SmallemError("prompts, new tokens, repeats and batch sizes must be >= 1")
-    ref = load_or_train(preset, 'target', device=device)
-    wrap = FastSmallem if fast else (lambda m: m)
-    target = wrap(ref)
-    models = {b: wrap(load_or_train(preset, b, device=device)) for b in {parse_proposer(p)[0] for p in proposers} if b in ('draft2', 'draft4')}
-    prompts = validation_prompts(preset, n=n_prompts, length=32)
-    kmax = max([k for k in ks if isinstance(k, int)] + [6])
-    configs = [(p, k) for p in proposers for k in ks] + ([('none', 'reference')] if fast else [])   # the target alone on the reference code
-    total = repeats * len(temperatures) * len(batches) * (len(configs) + 2) + 1
-    bar = tqdm(total=total, desc='smallem_bench', disable=not progress)
-    for p in (list(proposers) or ['none']): run_config(target, models, prompts[:1], 8, p, 2, 0.0, 1, None)   # warm-up, not timed
-    bar.update()
-    costs = {b: measure_costs(target, models, proposers, min(b, n_prompts), kmax, prompts, temperatures, preset=preset,
-                              context=32 + new_tokens // 2) for b in batches}   # passes priced at the run's mean context
+
+def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar) -> dict:
+    "Every configuration `repeats` times, each group of rows between two runs of the target alone; {(p, k, T, B): [(result, baseline tok/s)]}."
     raw = {}
     for r in range(repeats):
         for T in temperatures:
@@ -165,49 +156,71 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
                 bt = statistics.mean(b['tokens'] / b['seconds'] for b in base)
                 for key, lst in raw.items():
                     if key[2] == T and key[3] == B: lst[:] = [(res, bt if b is None else b) for res, b in lst]
-    bar.close()
-    rows = []
-    for (p, k, T, B), lst in raw.items():
-        tps = [res['tokens'] / res['seconds'] for res, _ in lst]
-        sp = [res['tokens'] / res['seconds'] / bt for res, bt in lst]
-        last = lst[-1][0]
-        row = dict(proposer=p if k != 'reference' else 'none (reference)', k=k if k != 'reference' else 0,
-                   path='reference' if (k == 'reference' or not fast) else 'fast', temperature=T, batch=B,
-                   tokens_per_s=round(statistics.median(tps), 1), speedup=round(statistics.median(sp), 3), repeats=len(lst))
-        if p == 'none':   # the reference row's ratio is what the fast path bought, not something the cost model predicts
-            row.update(alpha_per_position=None, tokens_per_round=1.0, predicted_speedup=1.0 if k != 'reference' else None, c=None, identical=None)
-        else:
-            pp, pa = last['pos_proposed'], last['pos_accepted']
-            alphas = [a / n if n else 0.0 for a, n in zip(pa, pp)]
-            cst = costs[B]; c0, c = cst['prop'][T][p]
-            base = raw[('none', 0, T, B)][-1][0]
-            t_step = base['seconds'] / base['passes']                  # a plain step, loop and prefill included
-            g0 = raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)])[-1][0]
-            t_unit = g0['seconds'] / g0['passes']                      # the same without sampling: the unit passes are priced in
-            h = last['t_host'] / last['rounds']                        # host time per round, measured in the run
-            occ = last['row_rounds'] / last['row_slots']               # < 1 at batch > 1: the batch waits for its slowest row
-            s_k = cst['s_lookup' if p == 'ngram' else 's'][T]
-            pred = _predict(alphas, last['k_used'], c, cst['v'], t_step, h, s_k, occ, t_unit, cst['t1'], c0)
-            row.update(alpha_per_position=[round(a, 4) if n else None for a, n in zip(alphas, pp)],
-                       host_per_round=round(h / cst['t1'], 3), occupancy=round(occ, 3), t_step_ms=round(t_step * 1e3, 4), t_unit_ms=round(t_unit * 1e3, 4),
-                       tokens_per_round=round((last['accepted'] + last['row_rounds']) / last['row_rounds'], 3),
-                       predicted_speedup=round(pred, 3), c=round(c, 3), c0=round(c0, 3),
-                       mean_k=round(statistics.mean(last['k_used']), 2),
-                       identical=(last['texts'] == raw[('none', 0, T, B)][-1][0]['texts']) if T == 0 else None)
-        row['measured_over_predicted'] = round(row['speedup'] / row['predicted_speedup'], 3) if row['predicted_speedup'] else None
-        rows.append(row)
-    meta = dict(preset=preset, prompts=n_prompts, prompt_tokens=32, new_tokens=new_tokens, repeats=repeats, cost_context=32 + new_tokens // 2,
+    return raw
+
+# %% ../nbs/10_bench.ipynb #276f0beb
+def _grid_row(key, lst, raw, costs, fast) -> dict:
+    "One row of the table: median speed and speed-up over the repeats, acceptance, and the cost model's prediction."
+    p, k, T, B = key
+    tps = [res['tokens'] / res['seconds'] for res, _ in lst]
+    sp = [res['tokens'] / res['seconds'] / bt for res, bt in lst]
+    last = lst[-1][0]
+    row = dict(proposer=p if k != 'reference' else 'none (reference)', k=k if k != 'reference' else 0,
+               path='reference' if (k == 'reference' or not fast) else 'fast', temperature=T, batch=B,
+               tokens_per_s=round(statistics.median(tps), 1), speedup=round(statistics.median(sp), 3), repeats=len(lst))
+    if p == 'none':   # the reference row's ratio is what the fast path bought, not something the cost model predicts
+        row.update(alpha_per_position=None, tokens_per_round=1.0, predicted_speedup=1.0 if k != 'reference' else None, c=None, identical=None)
+    else:
+        pp, pa = last['pos_proposed'], last['pos_accepted']
+        alphas = [a / n if n else 0.0 for a, n in zip(pa, pp)]
+        cst = costs[B]; c0, c = cst['prop'][T][p]
+        base = raw[('none', 0, T, B)][-1][0]
+        t_step = base['seconds'] / base['passes']                  # a plain step, loop and prefill included
+        g0 = raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)])[-1][0]
+        t_unit = g0['seconds'] / g0['passes']                      # the same without sampling: the unit passes are priced in
+        h = last['t_host'] / last['rounds']                        # host time per round, measured in the run
+        occ = last['row_rounds'] / last['row_slots']               # < 1 at batch > 1: the batch waits for its slowest row
+        pred = _predict(alphas, last['k_used'], c, cst['v'], t_step, h, cst['s_lookup' if p == 'ngram' else 's'][T], occ, t_unit, cst['t1'], c0)
+        row.update(alpha_per_position=[round(a, 4) if n else None for a, n in zip(alphas, pp)],
+                   host_per_round=round(h / cst['t1'], 3), occupancy=round(occ, 3), t_step_ms=round(t_step * 1e3, 4), t_unit_ms=round(t_unit * 1e3, 4),
+                   tokens_per_round=round((last['accepted'] + last['row_rounds']) / last['row_rounds'], 3),
+                   predicted_speedup=round(pred, 3), c=round(c, 3), c0=round(c0, 3), mean_k=round(statistics.mean(last['k_used']), 2),
+                   identical=(last['texts'] == raw[('none', 0, T, B)][-1][0]['texts']) if T == 0 else None)
+    row['measured_over_predicted'] = round(row['speedup'] / row['predicted_speedup'], 3) if row['predicted_speedup'] else None
+    return row
+
+# %% ../nbs/10_bench.ipynb #dc8e117e
+def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast) -> dict:
+    "What the run was: sizes, the processor, the kernel, torch, and every measured cost (rounded)."
+    r3 = lambda d: {str(a): round(x, 3) for a, x in d.items()}
+    return dict(preset=preset, prompts=n_prompts, prompt_tokens=32, new_tokens=new_tokens, repeats=repeats, cost_context=32 + new_tokens // 2,
                 device=str(target.device), cpu=cpu_info()['model'], cpu_info=cpu_info(), kernel=getattr(target, 'kernel', 'reference'),
-                threads=torch.get_num_threads(),
-                torch=torch.__version__, gpu=torch.cuda.get_device_name() if target.device.type == 'cuda' else None,
-                costs={str(b): {'t1_ms': round(c['t1'] * 1e3, 3), 'v': {str(k): round(x, 3) for k, x in c['v'].items()},
-                                'c': {p: round(x, 3) for p, x in c['c'].items()}, 'c0': {p: round(x, 3) for p, x in c['c0'].items()},
+                threads=torch.get_num_threads(), torch=torch.__version__, gpu=torch.cuda.get_device_name() if target.device.type == 'cuda' else None,
+                costs={str(b): {'t1_ms': round(c['t1'] * 1e3, 3), 'v': r3(c['v']), 'c': r3(c['c']), 'c0': r3(c['c0']),
                                 'prop': {str(T): {p: [round(x, 3) for x in cc] for p, cc in d.items()} for T, d in c['prop'].items()},
-                                's': {str(T): {str(k): round(x, 3) for k, x in s.items()} for T, s in c['s'].items()},
-                                's_lookup': {str(T): {str(k): round(x, 3) for k, x in s.items()} for T, s in c.get('s_lookup', {}).items()}}
+                                's': {str(T): r3(s) for T, s in c['s'].items()}, 's_lookup': {str(T): r3(s) for T, s in c.get('s_lookup', {}).items()}}
                        for b, c in costs.items()},
                 path='fast' if fast else 'reference')
-    return dict(meta=meta, rows=rows)
+
+def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=PROPOSERS, ks=(1, 2, 3, 4, 'adaptive'),
+          temperatures=(0.0, 1.0), batches=(1, 8), repeats:int=3, progress:bool=True, device=None, fast:bool=True) -> dict:
+    "Run the benchmark grid on the fast path (or the reference code); returns {'meta': ..., 'rows': [...]}."
+    preset = preset_name(preset); _check_grid(proposers, ks, temperatures, n_prompts, new_tokens, repeats, batches)
+    ref = load_or_train(preset, 'target', device=device)
+    wrap = FastSmallem if fast else (lambda m: m)
+    target = wrap(ref)
+    models = {b: wrap(load_or_train(preset, b, device=device)) for b in {parse_proposer(p)[0] for p in proposers} if b in ('draft2', 'draft4')}
+    prompts = validation_prompts(preset, n=n_prompts, length=32)
+    configs = [(p, k) for p in proposers for k in ks] + ([('none', 'reference')] if fast else [])   # the target alone on the reference code
+    bar = tqdm(total=repeats * len(temperatures) * len(batches) * (len(configs) + 2) + 1, desc='smallem_bench', disable=not progress)
+    for p in (list(proposers) or ['none']): run_config(target, models, prompts[:1], 8, p, 2, 0.0, 1, None)   # warm-up, not timed
+    bar.update()
+    kmax = max([k for k in ks if isinstance(k, int)] + [6])
+    costs = {b: measure_costs(target, models, proposers, min(b, n_prompts), kmax, prompts, temperatures, preset=preset,
+                              context=32 + new_tokens // 2) for b in batches}   # passes priced at the run's mean context
+    raw = _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar)
+    bar.close()
+    return dict(meta=_grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast), rows=[_grid_row(key, lst, raw, costs, fast) for key, lst in raw.items()])
 
 # %% ../nbs/10_bench.ipynb #a89ef862
 def _fmt(x, spec, unit=''):
@@ -228,6 +241,7 @@ def format_table(result:dict) -> str:
     lines.append(verdict(result))
     return '\n'.join(lines)
 
+# %% ../nbs/10_bench.ipynb #ce9e8baa
 def verdict(result:dict) -> str:
     "One line for a newcomer: at the smallest batch, what paid on this machine, and why (or why not)."
     m, rows = result['meta'], [r for r in result['rows'] if not r['proposer'].startswith('none')]
@@ -256,6 +270,7 @@ def result_path(preset:str, kind:str|None=None, folder='nbs/bench') -> Path:
     "Where the committed benchmark of a preset on one processor kind lives (results are kept per kind: they differ)."
     return Path(folder) / f"{preset}_{kind or cpu_info()['kind']}.json"
 
+# %% ../nbs/10_bench.ipynb #e4fa5788
 def plot_result(result:dict, path=None):
     "Speed-up vs k per proposer, predicted vs measured, acceptance by position."
     rows = [r for r in result['rows'] if not r['proposer'].startswith('none')]
@@ -303,6 +318,7 @@ def _ints(s):
     try: return [int(x) for x in s.split(',')]
     except ValueError: raise argparse.ArgumentTypeError(f"invalid list of integers {s!r}")
 
+# %% ../nbs/10_bench.ipynb #bcd3ddaf
 def bench_cli(argv=None):
     "Command line: the speculative decoding benchmark."
     p = argparse.ArgumentParser(prog='smallem_bench', description='Benchmark speculative decoding: every proposer against the target alone, with the cost model.')

@@ -5,6 +5,7 @@
 # %% ../nbs/09_cost_model.ipynb #a0a42585
 from __future__ import annotations
 import time
+from fastcore.basics import patch
 from .core import SmallemError
 from .generate import pass_times
 
@@ -90,42 +91,49 @@ class AdaptiveK:
     def start(self):
         "A new generation begins: its first round pays the proposer's reading of the prompt, so it is not timed."
         self._prev = 0
-    def choose(self) -> int:
-        "The k of the next round; 0 asks the loop for `self.steps` plain steps."
-        self.rounds += 1; self.steps = 1
-        g = self.gains(); k = max(g, key=g.get)
-        if not self.timed:                              # no clock (simulations): probe once every probe_every rounds
-            if g[k] < 1.0 and self.rounds % self.probe_every: k = 0
-        elif self._left > 0: k, self.steps, self._left = 0, self._left, 0          # a stretch the end of a text cut short
-        elif self.t_plain is None or self.rounds % self.plain_every == 0: k, self.steps = 0, 4     # time plain steps
-        elif self._burst > 0: self._burst -= 1         # a probe: speculate whatever the estimates say
-        elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3:   # no k pays, by what the best one was seen to cost
-            k, self.steps, self._burst = 0, self.stretch, self.probe_rounds
-            self.stretch = min(self.backoff * self.stretch, 64 * self.probe_every)
-        else: self.stretch = self.probe_every
-        self.k, self._t0 = k, time.perf_counter()
-        return k
 
-    def update(self, k:int, n_accepted:list[int], ks:list[int], steps:int=1):
-        "Time the round (or the plain steps); count, for each row, the positions it reached and which of them were accepted."
-        dt = time.perf_counter() - self._t0 if (self.timed and self._t0 is not None) else None
-        prev, self._prev = self._prev, k
-        if k == 0:       # plain steps time the unit every cost is priced in, and teach nothing about acceptance
-            if dt is not None: self.t_plain = dt / steps if self.t_plain is None else 0.75 * self.t_plain + 0.25 * dt / steps
-            self._left = max(0, self.steps - steps) if self.steps > 4 else 0     # the rest of a stretch goes on in the next text
-            return
-        if dt is not None and self.t_plain and prev != 0:   # (after plain steps a drafter catches up: not a round's usual cost)
-            cost = dt / self.t_plain
-            self.costs[k] = cost if k not in self.costs else 0.8 * self.costs[k] + 0.2 * cost
-            self.timed_rounds[k] = self.timed_rounds.get(k, 0) + 1
-            self._hs = (self._hs + [cost - round_cost(k, self.c, self.v)])[-9:]
-            self.h = sorted(self._hs)[len(self._hs) // 2]    # for the k not yet run: the median excess over k c + v(k)
-        self.acc = [a * self.decay for a in self.acc]; self.seen = [s * self.decay for s in self.seen]
-        for n, kb in zip(n_accepted, ks):
-            for j in range(min(n + 1, kb)):
-                self.seen[j] += 1
-                if j < n: self.acc[j] += 1
-    def __repr__(self): return f"AdaptiveK(kmax={self.kmax}, c={self.c:.2f}, h={self.h:.2f}, k={self.k})"
+# %% ../nbs/09_cost_model.ipynb #c606d4de
+@patch
+def choose(self:AdaptiveK) -> int:
+    "The k of the next round; 0 asks the loop for `self.steps` plain steps."
+    self.rounds += 1; self.steps = 1
+    g = self.gains(); k = max(g, key=g.get)
+    if not self.timed:                              # no clock (simulations): probe once every probe_every rounds
+        if g[k] < 1.0 and self.rounds % self.probe_every: k = 0
+    elif self._left > 0: k, self.steps, self._left = 0, self._left, 0          # a stretch the end of a text cut short
+    elif self.t_plain is None or self.rounds % self.plain_every == 0: k, self.steps = 0, 4     # time plain steps
+    elif self._burst > 0: self._burst -= 1         # a probe: speculate whatever the estimates say
+    elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3:   # no k pays, by what the best one was seen to cost
+        k, self.steps, self._burst = 0, self.stretch, self.probe_rounds
+        self.stretch = min(self.backoff * self.stretch, 64 * self.probe_every)
+    else: self.stretch = self.probe_every
+    self.k, self._t0 = k, time.perf_counter()
+    return k
+
+@patch
+def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=1):
+    "Time the round (or the plain steps); count, for each row, the positions it reached and which of them were accepted."
+    dt = time.perf_counter() - self._t0 if (self.timed and self._t0 is not None) else None
+    prev, self._prev = self._prev, k
+    if k == 0:       # plain steps time the unit every cost is priced in, and teach nothing about acceptance
+        if dt is not None: self.t_plain = dt / steps if self.t_plain is None else 0.75 * self.t_plain + 0.25 * dt / steps
+        self._left = max(0, self.steps - steps) if self.steps > 4 else 0     # the rest of a stretch goes on in the next text
+        return
+    if dt is not None and self.t_plain and prev != 0:   # (after plain steps a drafter catches up: not a round's usual cost)
+        cost = dt / self.t_plain
+        self.costs[k] = cost if k not in self.costs else 0.8 * self.costs[k] + 0.2 * cost
+        self.timed_rounds[k] = self.timed_rounds.get(k, 0) + 1
+        self._hs = (self._hs + [cost - round_cost(k, self.c, self.v)])[-9:]
+        self.h = sorted(self._hs)[len(self._hs) // 2]    # for the k not yet run: the median excess over k c + v(k)
+    self.acc = [a * self.decay for a in self.acc]; self.seen = [s * self.decay for s in self.seen]
+    for n, kb in zip(n_accepted, ks):
+        for j in range(min(n + 1, kb)):
+            self.seen[j] += 1
+            if j < n: self.acc[j] += 1
+
+# %% ../nbs/09_cost_model.ipynb #ad939dc8
+@patch
+def __repr__(self:AdaptiveK): return f"AdaptiveK(kmax={self.kmax}, c={self.c:.2f}, h={self.h:.2f}, k={self.k})"
 
 # %% ../nbs/09_cost_model.ipynb #14d231eb
 class HeuristicK:

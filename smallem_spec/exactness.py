@@ -45,6 +45,34 @@ def e2e_test(target, proposer_fn, prompt:list[int], N:int=4000, k:int=2, tempera
                         threshold=sstats.chi2.ppf(0.999, r.dof), top_share=table[:, :-1].sum() / (2 * N)))
     return max(res, key=lambda r: r['stat'] / r['threshold'])
 
+# %% ../nbs/08a_exactness.ipynb #53316a44
+def _toy_rows(a, row):
+    "The rule alone (06_sampling): the article's pairs against both laws, and the per-position tests with their control."
+    r = pair_test(a.pairs, seed=a.seed)
+    row('(a) pairs, V=5, k=2 vs target law', r['stat'], r['threshold'], r['pvalue'], True)
+    row('(b) control: same draws vs proposer law', r['control_stat'], r['threshold'], r['control_pvalue'], False)
+    for name, kw, exp in [('(c) k=3 T=0.7 V=40', {}, True), ('(c) adversarial q = softmax(-z)', dict(adversarial=True, scale=3.0), True),
+                          ('(c) control: correction drawn from p', dict(residual=False), False)]:
+        res = position_test(a.positions, seed=a.seed, **kw)
+        worst = max(res, key=lambda x: x['stat'] / x['threshold'])   # the position closest to (or furthest past) rejection
+        row(f"{name}, worst of {len(res)} positions (pos {worst['position']})", worst['stat'], worst['threshold'], worst['pvalue'], exp)
+
+def _e2e_rows(a, row, fail):
+    "The trained models: the proposer named by `a.proposer` against plain sampling, with the controls and the power check."
+    try:
+        base = parse_proposer(a.proposer)[0]
+        preset = preset_name(a.preset); wrap = (lambda m: m) if a.reference else FastSmallem
+        target = wrap(load_or_train(preset, 'target'))
+        models = {base: wrap(load_or_train(preset, base))} if base in ('draft2', 'draft4') else {}
+        mk = lambda: make_proposer(a.proposer, target, models, preset)
+    except (SmallemError, ImportError) as e: fail(f"smallem_exactness: error: {e}\n")
+    prompt, path = validation_prompts(preset, n=1)[0], 'reference' if a.reference else 'fast path'
+    for mode, exp in [('speculative', True), ('accept', False)] + ([('draft', False)] if base in ('draft2', 'draft4') else []) + [('biased', None)]:
+        r = e2e_test(target, mk, prompt, a.e2e, seed=a.seed, mode=mode)
+        label = {'speculative': f'(e2e) {preset} target + {a.proposer} ({path}), tokens 2-3', 'accept': '(e2e) control: every proposal accepted',
+                 'draft': f'(e2e) control: plain {a.proposer} vs target', 'biased': '(e2e) power check: correction drawn from p'}[mode]
+        row(label, r['stat'], r['threshold'], r['pvalue'], exp)
+
 # %% ../nbs/08a_exactness.ipynb #c4485c65
 def exactness_cli(argv=None):
     "Command line: the chi-squared certification of speculative sampling, with negative controls."
@@ -63,30 +91,8 @@ def exactness_cli(argv=None):
     def row(name, stat, thr, pv, expect_pass):   # expect_pass None: a power check, reported, not counted
         ok = stat < thr
         rows.append((name, stat, thr, pv, 'pass' if ok else 'REJECT', None if expect_pass is None else ok == expect_pass))
-    r = pair_test(a.pairs, seed=a.seed)
-    row('(a) pairs, V=5, k=2 vs target law', r['stat'], r['threshold'], r['pvalue'], True)
-    row('(b) control: same draws vs proposer law', r['control_stat'], r['threshold'], r['control_pvalue'], False)
-    for name, kw, exp in [('(c) k=3 T=0.7 V=40', {}, True), ('(c) adversarial q = softmax(-z)', dict(adversarial=True, scale=3.0), True),
-                          ('(c) control: correction drawn from p', dict(residual=False), False)]:
-        res = position_test(a.positions, seed=a.seed, **kw)
-        worst = max(res, key=lambda x: x['stat'] / x['threshold'])   # the position closest to (or furthest past) rejection
-        row(f"{name}, worst of {len(res)} positions (pos {worst['position']})", worst['stat'], worst['threshold'], worst['pvalue'], exp)
-    if a.e2e:
-        try:
-            base = parse_proposer(a.proposer)[0]
-            preset = preset_name(a.preset); target = load_or_train(preset, 'target')
-            wrap = (lambda m: m) if a.reference else FastSmallem
-            target = wrap(target)
-            models = {base: wrap(load_or_train(preset, base))} if base in ('draft2', 'draft4') else {}
-            mk = lambda: make_proposer(a.proposer, target, models, preset)
-        except (SmallemError, ImportError) as e: p.exit(2, f"smallem_exactness: error: {e}\n")
-        prompt = validation_prompts(preset, n=1)[0]
-        path = 'reference' if a.reference else 'fast path'
-        for mode, exp in [('speculative', True), ('accept', False)] + ([('draft', False)] if base in ('draft2', 'draft4') else []) + [('biased', None)]:
-            r = e2e_test(target, mk, prompt, a.e2e, seed=a.seed, mode=mode)
-            label = {'speculative': f'(e2e) {preset} target + {a.proposer} ({path}), tokens 2-3', 'accept': '(e2e) control: every proposal accepted',
-                     'draft': f'(e2e) control: plain {a.proposer} vs target', 'biased': '(e2e) power check: correction drawn from p'}[mode]
-            row(label, r['stat'], r['threshold'], r['pvalue'], exp)
+    _toy_rows(a, row)
+    if a.e2e: _e2e_rows(a, row, lambda msg: p.exit(2, msg))
     w = max(len(r[0]) for r in rows)
     print(f"{'test':{w}s}  {'chi2':>12s}  {'threshold':>9s}  {'p-value':>9s}  verdict  expected")
     for name, stat, thr, pv, verdict, good in rows:

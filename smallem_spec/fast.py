@@ -8,6 +8,7 @@ import argparse, json, math, statistics, time
 from typing import List, Optional
 import torch
 import torch.nn.functional as F
+from fastcore.basics import patch
 from .core import SmallemError, preset_name, median_time
 from .cache import PagedKVCache
 from .model import Smallem
@@ -83,6 +84,7 @@ def _interleave(H:int, hd:int) -> torch.Tensor:
     half = torch.arange(hd // 2)
     return torch.cat([h * hd + torch.stack([half, half + hd // 2], 1).reshape(-1) for h in range(H)])
 
+# %% ../nbs/12_fast_path.ipynb #d3a2718c
 class FastSmallem:
     "Inference-only twin of a Smallem: folded norms, pre-transposed weights, scripted blocks (or the fused CPU kernel), one page per sequence."
     def __init__(self, model:Smallem, script:bool=True, page_size:int|None=None, graphs:bool|str|None=None,
@@ -91,30 +93,9 @@ class FastSmallem:
         self.manifest = getattr(model, 'manifest', None)
         D, H, hd = c.dim, c.n_heads, c.head_dim
         dev, dt = model.device, model.tok_emb.weight.dtype
-        self.c = math.sqrt(D * c.norm_eps); s = math.sqrt(D)
+        self.c = math.sqrt(D * c.norm_eps)
         perm = _interleave(H, hd).to(dev)
-        zr = lambda n: torch.zeros(1, n, device=dev, dtype=dt)
-        zc = lambda n: torch.zeros(n, 1, device=dev, dtype=dt)
-        def normed(wT, g): return torch.cat([s * g[:, None] * wT, zr(wT.shape[1])]).contiguous()  # [D+1, N]
-        def block(b):
-            w = b.attn.wqkv.weight.detach().clone()
-            w[:D], w[D:2 * D] = w[:D][perm], w[D:2 * D][perm]
-            return [normed(w.t(), b.attn_norm.weight.detach()), torch.cat([b.attn.wo.weight.detach().t(), zc(D)], 1).contiguous(),
-                    normed(b.ffn.w13.weight.detach().t(), b.ffn_norm.weight.detach()),
-                    torch.cat([b.ffn.w2.weight.detach().t(), zc(c.ffn_dim)], 1).contiguous()]
-        with torch.no_grad():
-            E = model.tok_emb.weight.detach()
-            self.emb = torch.cat([E, torch.full((c.vocab_size, 1), self.c, device=dev, dtype=dt)], 1).contiguous()
-            self.W = [w for b in model.layers for w in block(b)]
-            self.headT = normed(E.t(), model.norm.weight.detach())
-            self.freqs = torch.complex(model.cos[:, :hd // 2], model.sin[:, :hd // 2]).to(dev)
-            n = c.max_seq_len
-            self.causal = torch.zeros(n, n, device=dev, dtype=dt).masked_fill_(torch.ones(n, n, dtype=torch.bool, device=dev).triu(1), float('-inf'))
-            self.mtp = None
-            if model.mtp is not None:
-                m = model.mtp; P = m.proj.weight.detach()
-                self.mtp = dict(Ph=normed(P[:, :D].t(), m.norm_h.weight.detach()), Pe=normed(P[:, D:].t(), m.norm_e.weight.detach()),
-                                W=block(m.block), headT=normed(E.t(), m.norm.weight.detach()))
+        self._fold(model, perm, dev, dt)
         self.blocks = scripted_blocks() if script else _blocks
         self.kernel = self._choose_kernel(kernel, script, graphs, dev, dt)
         self.fused = FusedPass(model, perm) if self.kernel == 'fused' else None
@@ -123,180 +104,236 @@ class FastSmallem:
         if self.graphs and self.page_size != c.max_seq_len: raise SmallemError("captured graphs need one page per sequence")
         self._pools, self._graphs, self._live = {}, {}, {}
         if c.max_seq_len % self.page_size: raise SmallemError(f"page size {self.page_size} does not divide the context {c.max_seq_len}")
-
-    def _choose_kernel(self, kernel, script, graphs, dev, dt):
-        fits = dev.type == 'cpu' and dt == torch.float32 and fused_fits(self.cfg) and not graphs
-        if kernel is None: return 'fused' if fits and script and load_kernel() else ('script' if script else 'eager')
-        if kernel not in ('fused', 'script', 'eager'): raise SmallemError(f"kernel must be 'fused', 'script' or 'eager' (got {kernel!r})")
-        if kernel == 'fused':
-            if not fits: raise SmallemError("the fused kernel runs fp32 models on a CPU, without graphs, with widths in multiples of 32")
-            load_kernel(required=True)
-        if kernel != 'fused': self.blocks = scripted_blocks() if kernel == 'script' else _blocks
-        return kernel
-
-    def __repr__(self): return f"FastSmallem({self.model!r}, kernel={self.kernel!r})"
     training = False                      # inference only; `eval`/`train` exist so evaluation code takes it
-    def eval(self): return self
-    def train(self, mode:bool=True): return self
     @property
     def device(self): return self.model.device
-    def n_params(self, mtp=True): return self.model.n_params(mtp)
-    def weight_bytes(self, mtp:bool=False) -> int:
-        "Bytes of the weights one pass reads (blocks and head; the embedding is read a row per token)."
-        ws = self.W + [self.headT] if not mtp else self.mtp['W'] + [self.mtp['Ph'], self.mtp['Pe'], self.mtp['headT']]
-        if self.fused is not None:
-            f = self.fused.main if not mtp else self.fused.mtp
-            ws = f['W'] + [f['head']] + ([f['Ph'], f['Pe']] if mtp else [])
-        return sum(w.numel() * w.element_size() for w in ws)
 
-    def new_cache(self, batch:int=1, page_size:int|None=None, n_pages:int|None=None, mtp:bool=False, capacity:list[int]|None=None):
-        "A cache for `capacity` sequences (or `batch` full ones, or `n_pages`); by default one context-sized page per sequence."
-        c, ps = self.cfg, self.page_size
-        if capacity is not None: n_pages = sum(math.ceil(n / ps) for n in capacity)
-        n_pages = n_pages or batch * (c.max_seq_len // ps)
-        n_layers, kind = (1, 'mtp') if mtp else (c.n_layers, 'main')
-        pool = None
-        if self.graphs:   # graphs replay on fixed buffers: caches of a kind share one pool, one at a time
-            live = self._live.get(kind)
-            if live is None or not live.lens:
-                have = self._pools.get(kind)
-                if have is None or have.shape[1] < (n_pages + 1) * ps:
-                    have = self._pools[kind] = torch.zeros(n_layers, (n_pages + 1) * ps, 2 * c.dim, device=self.device, dtype=self.emb.dtype)
-                    self._graphs = {k: g for k, g in self._graphs.items() if k[0] != kind}   # captured on the old pool
-                pool = have
-        cache = FastKVCache(n_layers, c.n_heads, c.head_dim, n_pages, ps, c.max_seq_len, device=self.device, dtype=self.emb.dtype, pool=pool)
-        if pool is not None: self._live[kind] = cache
-        return cache
+# %% ../nbs/12_fast_path.ipynb #84e995fe
+@patch
+def _fold(self:FastSmallem, model:Smallem, perm:torch.Tensor, dev, dt):
+    "Fold the norms into the weights after them, transposed once: the matrices the scripted blocks read."
+    c = self.cfg; D = c.dim; hd = c.head_dim; s = math.sqrt(D)
+    zr = lambda n: torch.zeros(1, n, device=dev, dtype=dt)
+    zc = lambda n: torch.zeros(n, 1, device=dev, dtype=dt)
+    def normed(wT, g): return torch.cat([s * g[:, None] * wT, zr(wT.shape[1])]).contiguous()  # [D+1, N]
+    def block(b):
+        w = b.attn.wqkv.weight.detach().clone()
+        w[:D], w[D:2 * D] = w[:D][perm], w[D:2 * D][perm]
+        return [normed(w.t(), b.attn_norm.weight.detach()), torch.cat([b.attn.wo.weight.detach().t(), zc(D)], 1).contiguous(),
+                normed(b.ffn.w13.weight.detach().t(), b.ffn_norm.weight.detach()),
+                torch.cat([b.ffn.w2.weight.detach().t(), zc(c.ffn_dim)], 1).contiguous()]
+    with torch.no_grad():
+        E = model.tok_emb.weight.detach()
+        self.emb = torch.cat([E, torch.full((c.vocab_size, 1), self.c, device=dev, dtype=dt)], 1).contiguous()
+        self.W = [w for b in model.layers for w in block(b)]
+        self.headT = normed(E.t(), model.norm.weight.detach())
+        self.freqs = torch.complex(model.cos[:, :hd // 2], model.sin[:, :hd // 2]).to(dev)
+        n = c.max_seq_len
+        self.causal = torch.zeros(n, n, device=dev, dtype=dt).masked_fill_(torch.ones(n, n, dtype=torch.bool, device=dev).triu(1), float('-inf'))
+        self.mtp = None
+        if model.mtp is not None:
+            m = model.mtp; P = m.proj.weight.detach()
+            self.mtp = dict(Ph=normed(P[:, :D].t(), m.norm_h.weight.detach()), Pe=normed(P[:, D:].t(), m.norm_e.weight.detach()),
+                            W=block(m.block), headT=normed(E.t(), m.norm.weight.detach()))
 
-    def _plan(self, cache, sids, n_new, T, static=False):
-        S, maxpos = cache.page_size, self.cfg.max_seq_len - 1
+# %% ../nbs/12_fast_path.ipynb #6088eabd
+@patch
+def __call__(self:FastSmallem, tokens:torch.Tensor, cache=None, sids=None, n_new=None, return_hidden:bool=False, static:bool=False):
+    "Same contract as `Smallem.forward`: logits [B, T, V] (and hidden [B, T, D]); with a cache, appends the tokens."
+    if not torch.is_inference_mode_enabled():   # entering inference mode costs microseconds: only when not already in it
+        with torch.inference_mode(): return self(tokens, cache, sids, n_new, return_hidden, static)
+    B, T = tokens.shape
+    if T > self.cfg.max_seq_len: raise SmallemError(f"{T} tokens exceed the context of {self.cfg.max_seq_len}")
+    own = cache is None
+    if own: cache = self.new_cache(batch=B); sids = [cache.new_seq() for _ in range(B)]
+    if n_new is None: n_new = [T] * B
+    if static:
+        plan = self._plan(cache, sids, n_new, T, static=True); logits, hid = self._main(tokens, cache.kv, plan, B, T)
+    else: logits, hid = self._dispatch('main', cache, sids, n_new, T, B, {'tokens': tokens})
+    if own:
+        for s in sids: cache.free(s)
+    return (logits, hid) if return_hidden else logits
+FastSmallem.forward = FastSmallem.__call__
+
+# %% ../nbs/12_fast_path.ipynb #c100680e
+@patch
+def _choose_kernel(self:FastSmallem, kernel, script, graphs, dev, dt):
+    fits = dev.type == 'cpu' and dt == torch.float32 and fused_fits(self.cfg) and not graphs
+    if kernel is None: return 'fused' if fits and script and load_kernel() else ('script' if script else 'eager')
+    if kernel not in ('fused', 'script', 'eager'): raise SmallemError(f"kernel must be 'fused', 'script' or 'eager' (got {kernel!r})")
+    if kernel == 'fused':
+        if not fits: raise SmallemError("the fused kernel runs fp32 models on a CPU, without graphs, with widths in multiples of 32")
+        load_kernel(required=True)
+    if kernel != 'fused': self.blocks = scripted_blocks() if kernel == 'script' else _blocks
+    return kernel
+
+@patch
+def __repr__(self:FastSmallem): return f"FastSmallem({self.model!r}, kernel={self.kernel!r})"
+
+@patch
+def eval(self:FastSmallem): return self
+
+@patch
+def train(self:FastSmallem, mode:bool=True): return self
+
+@patch
+def n_params(self:FastSmallem, mtp=True): return self.model.n_params(mtp)
+
+@patch
+def weight_bytes(self:FastSmallem, mtp:bool=False) -> int:
+    "Bytes of the weights one pass reads (blocks and head; the embedding is read a row per token)."
+    ws = self.W + [self.headT] if not mtp else self.mtp['W'] + [self.mtp['Ph'], self.mtp['Pe'], self.mtp['headT']]
+    if self.fused is not None:
+        f = self.fused.main if not mtp else self.fused.mtp
+        ws = f['W'] + [f['head']] + ([f['Ph'], f['Pe']] if mtp else [])
+    return sum(w.numel() * w.element_size() for w in ws)
+
+# %% ../nbs/12_fast_path.ipynb #a691b54a
+@patch
+def new_cache(self:FastSmallem, batch:int=1, page_size:int|None=None, n_pages:int|None=None, mtp:bool=False, capacity:list[int]|None=None):
+    "A cache for `capacity` sequences (or `batch` full ones, or `n_pages`); by default one context-sized page per sequence."
+    c, ps = self.cfg, self.page_size
+    if capacity is not None: n_pages = sum(math.ceil(n / ps) for n in capacity)
+    n_pages = n_pages or batch * (c.max_seq_len // ps)
+    n_layers, kind = (1, 'mtp') if mtp else (c.n_layers, 'main')
+    pool = None
+    if self.graphs:   # graphs replay on fixed buffers: caches of a kind share one pool, one at a time
+        live = self._live.get(kind)
+        if live is None or not live.lens:
+            have = self._pools.get(kind)
+            if have is None or have.shape[1] < (n_pages + 1) * ps:
+                have = self._pools[kind] = torch.zeros(n_layers, (n_pages + 1) * ps, 2 * c.dim, device=self.device, dtype=self.emb.dtype)
+                self._graphs = {k: g for k, g in self._graphs.items() if k[0] != kind}   # captured on the old pool
+            pool = have
+    cache = FastKVCache(n_layers, c.n_heads, c.head_dim, n_pages, ps, c.max_seq_len, device=self.device, dtype=self.emb.dtype, pool=pool)
+    if pool is not None: self._live[kind] = cache
+    return cache
+
+# %% ../nbs/12_fast_path.ipynb #96594ef3
+@patch
+def _plan(self:FastSmallem, cache, sids, n_new, T, static=False):
+    S, maxpos = cache.page_size, self.cfg.max_seq_len - 1
+    starts = [cache.lens[cache._sid(s)] for s in sids]
+    cache.append(sids, n_new)
+    tables = [cache.pages[s] for s in sids]
+    pages = [t[0] if t else 0 for t in tables]
+    ends = [st + n for st, n in zip(starts, n_new)]
+    B, L = len(sids), (self.cfg.max_seq_len if static else max(1, max(ends)))
+    dev = self.device
+    write = torch.tensor([tb[(st + t) // S] * S + (st + t) % S if t < n else 0 for tb, st, n in zip(tables, starts, n_new) for t in range(T)], device=dev)
+    pos = torch.tensor([[min(st + t, maxpos) for t in range(T)] for st in starts], device=dev)
+    f = self.freqs[pos].view(B, T, 1, 1, -1)
+    if not static and T == 1 and all(e == L for e in ends): bias = None          # every row sees every key
+    elif all(n == T for n in n_new):                                              # no padding: causal rows of a table
+        bias = self.causal[pos, :L][:, None]
+    else:
+        keys = torch.arange(L, device=dev)
+        vis = (keys <= pos[..., None]) & (keys < torch.tensor(ends, device=dev)[:, None, None])
+        vis[..., 0] = True
+        bias = torch.zeros(B, 1, T, L, device=dev, dtype=self.emb.dtype).masked_fill_(~vis[:, None], float('-inf'))
+    d = pages[1] - pages[0] if B > 1 else 0
+    even = (not static and S >= self.cfg.max_seq_len and all(p > 0 for p in pages)
+            and all(b - a == d for a, b in zip(pages, pages[1:])) and (B == 1 or d > 0))
+    if even: read = write[:0]      # a view of the pool will do
+    else: read = torch.tensor([t[l // S] * S + l % S if l < e else 0 for t, e in zip(tables, ends) for l in range(L)], device=dev)
+    return dict(f=f, write=write, read=read, bias=bias, page_size=S, L=L, base=pages[0] if even else 0, stride=d if even else -1)
+
+@patch
+def _run(self:FastSmallem, x, W, kv, plan, B, T):
+    c = self.cfg
+    return self.blocks(x, W, kv, plan['f'], plan['write'], plan['read'], plan['bias'], plan['page_size'], plan['L'],
+                       plan['base'], plan['stride'], B, T, c.n_heads, c.head_dim, c.ffn_dim)
+
+# %% ../nbs/12_fast_path.ipynb #eb2658bb
+@patch
+def _main(self:FastSmallem, tokens, kv, plan, B, T):   # -> logits [B, T, V], hidden [B, T, D]
+    x = self._run(F.embedding(tokens.reshape(-1), self.emb), self.W, kv, plan, B, T)
+    logits = torch.mm(x, self.headT).div_(torch.linalg.vector_norm(x, dim=-1, keepdim=True)).view(B, T, -1)
+    return logits, x[:, :self.cfg.dim].reshape(B, T, -1)
+
+@patch
+def _mtp(self:FastSmallem, h, next_tokens, kv, plan, B, T):   # -> logits [B, T, V], state [B, T, D]
+    m = self.mtp
+    hx = torch.cat([h.reshape(B * T, -1), torch.full((B * T, 1), self.c, device=h.device, dtype=h.dtype)], 1)
+    e = F.embedding(next_tokens.reshape(-1), self.emb)
+    x = (torch.mm(hx, m['Ph']).div_(torch.linalg.vector_norm(hx, dim=-1, keepdim=True))
+         + torch.mm(e, m['Pe']).div_(torch.linalg.vector_norm(e, dim=-1, keepdim=True)))
+    x = self._run(torch.cat([x, x.new_full((B * T, 1), self.c)], 1), m['W'], kv, plan, B, T)
+    logits = torch.mm(x, m['headT']).div_(torch.linalg.vector_norm(x, dim=-1, keepdim=True)).view(B, T, -1)
+    return logits, x[:, :self.cfg.dim].reshape(B, T, -1)
+
+# %% ../nbs/12_fast_path.ipynb #3d90657f
+@patch
+def _replay(self:FastSmallem, kind, cache, args:dict, plan, B, T):
+    "Run one pass through the captured graph of its shape (capturing it the first time); returns copies of the outputs."
+    key = (kind, B, T)
+    if key not in self._graphs:
+        bufs = {k: v.clone() for k, v in args.items()}
+        pbuf = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in plan.items()}
+        fn = (lambda: self._main(bufs['tokens'], cache.pool, pbuf, B, T)) if kind == 'main' else \
+             (lambda: self._mtp(bufs['h'], bufs['tokens'], cache.pool, pbuf, B, T))
+        if self.graphs == 'emulate': graph, out = None, None
+        else:
+            s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3): fn()                        # warm-up (TorchScript profiles its first runs); rewrites this pass's own K/V rows
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph): out = fn()
+        self._graphs[key] = (graph, out, fn, bufs, pbuf)
+    graph, out, fn, bufs, pbuf = self._graphs[key]
+    for k, v in args.items(): bufs[k].copy_(v)
+    for k, v in plan.items():
+        if isinstance(v, torch.Tensor): pbuf[k].copy_(v)
+    if graph is None: out = fn()
+    else: graph.replay()
+    return out[0].clone(), out[1].clone()
+
+@patch
+def chain(self:FastSmallem, tokens, cache, sids, n_new, ks, h=None, temperature:float=0.0, generator=None, vocab=None):
+    "A proposer's k guesses per row in one call of the fused kernel (tokens [B, W] pending, then each guess fed back): (guesses [B, K], q [B, K, V] or None); None without the kernel. `vocab`: sorted token ids the guesses are restricted to."
+    if self.fused is None or (h is not None and self.mtp is None) or (vocab is not None and vocab.numel() % 32): return None
+    B, T = tokens.shape
+    starts = [cache.lens[cache._sid(s)] for s in sids]
+    cache.append(sids, [n + max(k - 1, 0) for n, k in zip(n_new, ks)])    # every token the chain will append
+    return self._fused(cache, sids, starts, n_new, tokens, B, T, h, chain=list(ks), temperature=temperature, generator=generator, vocab=vocab)
+
+# %% ../nbs/12_fast_path.ipynb #3b2c6315
+@patch
+def _fused(self:FastSmallem, cache, sids, starts, *args, **kw):
+    "A call of the fused kernel; on refused input the cache is put back as it was."
+    try: return self.fused(cache, sids, starts, *args, **kw)
+    except SmallemError:
+        for s, st in zip(sids, starts): cache.keep(s, st)
+        raise
+
+@patch
+def _dispatch(self:FastSmallem, kind, cache, sids, n_new, T, B, args):
+    if self.fused is not None:                 # one C call runs the pass; the cache's pages are appended first
         starts = [cache.lens[cache._sid(s)] for s in sids]
         cache.append(sids, n_new)
-        tables = [cache.pages[s] for s in sids]
-        pages = [t[0] if t else 0 for t in tables]
-        ends = [st + n for st, n in zip(starts, n_new)]
-        B, L = len(sids), (self.cfg.max_seq_len if static else max(1, max(ends)))
-        dev = self.device
-        write = torch.tensor([tb[(st + t) // S] * S + (st + t) % S if t < n else 0 for tb, st, n in zip(tables, starts, n_new) for t in range(T)], device=dev)
-        pos = torch.tensor([[min(st + t, maxpos) for t in range(T)] for st in starts], device=dev)
-        f = self.freqs[pos].view(B, T, 1, 1, -1)
-        if not static and T == 1 and all(e == L for e in ends): bias = None          # every row sees every key
-        elif all(n == T for n in n_new):                                              # no padding: causal rows of a table
-            bias = self.causal[pos, :L][:, None]
-        else:
-            keys = torch.arange(L, device=dev)
-            vis = (keys <= pos[..., None]) & (keys < torch.tensor(ends, device=dev)[:, None, None])
-            vis[..., 0] = True
-            bias = torch.zeros(B, 1, T, L, device=dev, dtype=self.emb.dtype).masked_fill_(~vis[:, None], float('-inf'))
-        d = pages[1] - pages[0] if B > 1 else 0
-        even = (not static and S >= self.cfg.max_seq_len and all(p > 0 for p in pages)
-                and all(b - a == d for a, b in zip(pages, pages[1:])) and (B == 1 or d > 0))
-        if even: read = write[:0]      # a view of the pool will do
-        else: read = torch.tensor([t[l // S] * S + l % S if l < e else 0 for t, e in zip(tables, ends) for l in range(L)], device=dev)
-        return dict(f=f, write=write, read=read, bias=bias, page_size=S, L=L, base=pages[0] if even else 0, stride=d if even else -1)
+        return self._fused(cache, sids, starts, n_new, args['tokens'], B, T, args.get('h'))
+    graphed = bool(self.graphs) and cache.pool is not None and T <= 8
+    plan = self._plan(cache, sids, n_new, T, static=graphed)
+    if graphed: return self._replay(kind, cache, args, plan, B, T)
+    return self._main(args['tokens'], cache.kv, plan, B, T) if kind == 'main' else self._mtp(args['h'], args['tokens'], cache.kv, plan, B, T)
 
-    def _run(self, x, W, kv, plan, B, T):
-        c = self.cfg
-        return self.blocks(x, W, kv, plan['f'], plan['write'], plan['read'], plan['bias'], plan['page_size'], plan['L'],
-                           plan['base'], plan['stride'], B, T, c.n_heads, c.head_dim, c.ffn_dim)
-
-    def _main(self, tokens, kv, plan, B, T):   # -> logits [B, T, V], hidden [B, T, D]
-        x = self._run(F.embedding(tokens.reshape(-1), self.emb), self.W, kv, plan, B, T)
-        logits = torch.mm(x, self.headT).div_(torch.linalg.vector_norm(x, dim=-1, keepdim=True)).view(B, T, -1)
-        return logits, x[:, :self.cfg.dim].reshape(B, T, -1)
-
-    def _mtp(self, h, next_tokens, kv, plan, B, T):   # -> logits [B, T, V], state [B, T, D]
-        m = self.mtp
-        hx = torch.cat([h.reshape(B * T, -1), torch.full((B * T, 1), self.c, device=h.device, dtype=h.dtype)], 1)
-        e = F.embedding(next_tokens.reshape(-1), self.emb)
-        x = (torch.mm(hx, m['Ph']).div_(torch.linalg.vector_norm(hx, dim=-1, keepdim=True))
-             + torch.mm(e, m['Pe']).div_(torch.linalg.vector_norm(e, dim=-1, keepdim=True)))
-        x = self._run(torch.cat([x, x.new_full((B * T, 1), self.c)], 1), m['W'], kv, plan, B, T)
-        logits = torch.mm(x, m['headT']).div_(torch.linalg.vector_norm(x, dim=-1, keepdim=True)).view(B, T, -1)
-        return logits, x[:, :self.cfg.dim].reshape(B, T, -1)
-
-    def _replay(self, kind, cache, args:dict, plan, B, T):
-        "Run one pass through the captured graph of its shape (capturing it the first time); returns copies of the outputs."
-        key = (kind, B, T)
-        if key not in self._graphs:
-            bufs = {k: v.clone() for k, v in args.items()}
-            pbuf = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in plan.items()}
-            fn = (lambda: self._main(bufs['tokens'], cache.pool, pbuf, B, T)) if kind == 'main' else \
-                 (lambda: self._mtp(bufs['h'], bufs['tokens'], cache.pool, pbuf, B, T))
-            if self.graphs == 'emulate': graph, out = None, None
-            else:
-                s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    for _ in range(3): fn()                        # warm-up (TorchScript profiles its first runs); rewrites this pass's own K/V rows
-                torch.cuda.current_stream().wait_stream(s)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph): out = fn()
-            self._graphs[key] = (graph, out, fn, bufs, pbuf)
-        graph, out, fn, bufs, pbuf = self._graphs[key]
-        for k, v in args.items(): bufs[k].copy_(v)
-        for k, v in plan.items():
-            if isinstance(v, torch.Tensor): pbuf[k].copy_(v)
-        if graph is None: out = fn()
-        else: graph.replay()
-        return out[0].clone(), out[1].clone()
-
-    def chain(self, tokens, cache, sids, n_new, ks, h=None, temperature:float=0.0, generator=None, vocab=None):
-        "A proposer's k guesses per row in one call of the fused kernel (tokens [B, W] pending, then each guess fed back): (guesses [B, K], q [B, K, V] or None); None without the kernel. `vocab`: sorted token ids the guesses are restricted to."
-        if self.fused is None or (h is not None and self.mtp is None) or (vocab is not None and vocab.numel() % 32): return None
-        B, T = tokens.shape
-        starts = [cache.lens[cache._sid(s)] for s in sids]
-        cache.append(sids, [n + max(k - 1, 0) for n, k in zip(n_new, ks)])    # every token the chain will append
-        return self._fused(cache, sids, starts, n_new, tokens, B, T, h, chain=list(ks), temperature=temperature, generator=generator, vocab=vocab)
-
-    def _fused(self, cache, sids, starts, *args, **kw):
-        "A call of the fused kernel; on refused input the cache is put back as it was."
-        try: return self.fused(cache, sids, starts, *args, **kw)
-        except SmallemError:
-            for s, st in zip(sids, starts): cache.keep(s, st)
-            raise
-
-    def _dispatch(self, kind, cache, sids, n_new, T, B, args):
-        if self.fused is not None:                 # one C call runs the pass; the cache's pages are appended first
-            starts = [cache.lens[cache._sid(s)] for s in sids]
-            cache.append(sids, n_new)
-            return self._fused(cache, sids, starts, n_new, args['tokens'], B, T, args.get('h'))
-        graphed = bool(self.graphs) and cache.pool is not None and T <= 8
-        plan = self._plan(cache, sids, n_new, T, static=graphed)
-        if graphed: return self._replay(kind, cache, args, plan, B, T)
-        return self._main(args['tokens'], cache.kv, plan, B, T) if kind == 'main' else self._mtp(args['h'], args['tokens'], cache.kv, plan, B, T)
-
-    def __call__(self, tokens:torch.Tensor, cache=None, sids=None, n_new=None, return_hidden:bool=False, static:bool=False):
-        "Same contract as `Smallem.forward`: logits [B, T, V] (and hidden [B, T, D]); with a cache, appends the tokens."
-        if not torch.is_inference_mode_enabled():   # entering inference mode costs microseconds: only when not already in it
-            with torch.inference_mode(): return self(tokens, cache, sids, n_new, return_hidden, static)
-        B, T = tokens.shape
-        if T > self.cfg.max_seq_len: raise SmallemError(f"{T} tokens exceed the context of {self.cfg.max_seq_len}")
-        own = cache is None
-        if own: cache = self.new_cache(batch=B); sids = [cache.new_seq() for _ in range(B)]
-        if n_new is None: n_new = [T] * B
-        if static:
-            plan = self._plan(cache, sids, n_new, T, static=True); logits, hid = self._main(tokens, cache.kv, plan, B, T)
-        else: logits, hid = self._dispatch('main', cache, sids, n_new, T, B, {'tokens': tokens})
-        if own:
-            for s in sids: cache.free(s)
-        return (logits, hid) if return_hidden else logits
-    forward = __call__
-
-    def mtp_forward(self, h, next_tokens, cache=None, sids=None, n_new=None, static:bool=False):
-        "Same contract as `Smallem.mtp_forward`: logits of token i+2 [B, T, V], module state [B, T, D]."
-        if not torch.is_inference_mode_enabled():
-            with torch.inference_mode(): return self.mtp_forward(h, next_tokens, cache, sids, n_new, static)
-        if self.mtp is None: raise SmallemError("this model has no MTP module")
-        B, T = next_tokens.shape
-        own = cache is None
-        if own: cache = self.new_cache(batch=B, mtp=True); sids = [cache.new_seq() for _ in range(B)]
-        if n_new is None: n_new = [T] * B
-        if static:
-            plan = self._plan(cache, sids, n_new, T, static=True); logits, st = self._mtp(h, next_tokens, cache.kv, plan, B, T)
-        else: logits, st = self._dispatch('mtp', cache, sids, n_new, T, B, {'h': h, 'tokens': next_tokens})
-        if own:
-            for s in sids: cache.free(s)
-        return logits, st
+@patch
+def mtp_forward(self:FastSmallem, h, next_tokens, cache=None, sids=None, n_new=None, static:bool=False):
+    "Same contract as `Smallem.mtp_forward`: logits of token i+2 [B, T, V], module state [B, T, D]."
+    if not torch.is_inference_mode_enabled():
+        with torch.inference_mode(): return self.mtp_forward(h, next_tokens, cache, sids, n_new, static)
+    if self.mtp is None: raise SmallemError("this model has no MTP module")
+    B, T = next_tokens.shape
+    own = cache is None
+    if own: cache = self.new_cache(batch=B, mtp=True); sids = [cache.new_seq() for _ in range(B)]
+    if n_new is None: n_new = [T] * B
+    if static:
+        plan = self._plan(cache, sids, n_new, T, static=True); logits, st = self._mtp(h, next_tokens, cache.kv, plan, B, T)
+    else: logits, st = self._dispatch('mtp', cache, sids, n_new, T, B, {'h': h, 'tokens': next_tokens})
+    if own:
+        for s in sids: cache.free(s)
+    return logits, st
 
 # %% ../nbs/12_fast_path.ipynb #62806862
 def count_ops(model, T:int=1, context:int=200) -> int:
@@ -345,6 +382,7 @@ def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:in
         out['models'][name] = row
     return out
 
+# %% ../nbs/12_fast_path.ipynb #091e850c
 def format_kernels(res:dict) -> str:
     "The kernel benchmark as a table."
     m = res['machine']

@@ -90,7 +90,7 @@ static void gemm(int R, int K, int N, const float *X, long ldx, const float *W, 
 '''
 
 # %% ../nbs/12a_fused_cpu.ipynb #ed6b3137
-_SRC_ATTN = r'''
+_SRC_ATTN1 = r'''
 /* 1/rms of each row; every thread computes it into its own array (cheap, and no barrier) */
 static void inv_rms(int R, int D, const float *x, float eps, float *out) {
   for (int r = 0; r < R; r++) {
@@ -126,7 +126,10 @@ static void attend(const float *q, const float *kvl, const long *tb, int S, long
       const float *k = base + j * 2 * D; v16 s = {0};
       for (int i = 0; i < hd; i += 16) s += ld(q + i) * ld(k + i);
       float v = hsum(s) * scale; p[j0 + j] = v; if (v > mx) mx = v;
-    }
+'''
+
+# %% ../nbs/12a_fused_cpu.ipynb #465dbd34
+_SRC_ATTN2 = r'''    }
   }
   long n16 = n & ~15L; v16 sum = {0};
   for (long j = 0; j < n16; j += 16) { v16 e = vexp(ld(p + j) - mx); st(p + j, e); sum += e; }
@@ -144,9 +147,10 @@ static void attend(const float *q, const float *kvl, const long *tb, int S, long
 }
 
 '''
+_SRC_ATTN = _SRC_ATTN1 + _SRC_ATTN2
 
 # %% ../nbs/12a_fused_cpu.ipynb #9c5958aa
-_SRC_SAMPLE = r'''
+_SRC_SAMPLE1 = r'''
 /* softmax(l / temp) of one row of V logits into p */
 static void softmax_row(const float *l, int V, float temp, float *p) {
   float mx = -INFINITY, it = 1.0f / temp;
@@ -182,7 +186,10 @@ int smallem_decide(int B, int k, int V, const float *logits, float temp, const f
                    const double *u, int mode, float *work, long *out) {
   for (int b = 0; b < B; b++) {
     const float *L = logits + (long)b * (k + 1) * V, *Q = q + (long)b * k * V;
-    const double *ub = u + (long)b * (k + 1);
+'''
+
+# %% ../nbs/12a_fused_cpu.ipynb #5c8bd0c2
+_SRC_SAMPLE2 = r'''    const double *ub = u + (long)b * (k + 1);
     long np = nprop[b], n = 0, *o = out + (long)b * (k + 2);
     for (; n < np; n++) {
       softmax_row(L + n * V, V, temp, work);
@@ -199,9 +206,10 @@ int smallem_decide(int B, int k, int V, const float *logits, float temp, const f
   return 0;
 }
 '''
+_SRC_SAMPLE = _SRC_SAMPLE1 + _SRC_SAMPLE2
 
 # %% ../nbs/12a_fused_cpu.ipynb #26ae5af8
-_SRC_PASS = r'''
+_SRC_PASS1 = r'''
 typedef struct {
   int R, B, T, D, H, hd, F, V, Vh, nl, S, P, maxpos, nthreads; float eps;
   const long *tokens; const float *emb;           /* [R] token ids; embedding [V, D] */
@@ -237,7 +245,10 @@ int smallem_pass(const pass_args *a) {
       gemm(R, D, D, a->h_in, D, a->Ph, x, D, iv, 0);
       inv_rms(R, D, hh, a->eps, iv);
       gemm(R, D, D, hh, D, a->Pe, x, D, iv, 1);
-    }
+'''
+
+# %% ../nbs/12a_fused_cpu.ipynb #491a5e37
+_SRC_PASS2 = r'''    }
     for (int l = 0; l < a->nl; l++) {
       const float *const *W = a->W + 4 * l;
       float *kvl = a->kv + (long)l * a->slots * 2 * D;
@@ -273,7 +284,10 @@ int smallem_pass(const pass_args *a) {
       }
       gemm(R, F, D, hh, F, W[3], x, D, one, 1);
     }
-    inv_rms(R, D, x, a->eps, iv);
+'''
+
+# %% ../nbs/12a_fused_cpu.ipynb #378aa62b
+_SRC_PASS3 = r'''    inv_rms(R, D, x, a->eps, iv);
     gemm(R, D, a->Vh, x, D, a->head, a->logits, a->Vh, iv, 0);
     #pragma omp for schedule(static)
     for (int r = 0; r < R; r++) {                /* the greedy token of each row, while its logits are in cache */
@@ -309,7 +323,10 @@ int smallem_chain(pass_args *a, int steps, const long *rowsteps, long *out, floa
           if (t >= 0) t = a->vmap[t];
         }
         tok[b] = t < 0 ? a->best[r] : t;
-      } else tok[b] = a->best[r];
+'''
+
+# %% ../nbs/12a_fused_cpu.ipynb #ba171f88
+_SRC_PASS4 = r'''      } else tok[b] = a->best[r];
       out[(long)b * steps + i] = tok[b];
       if (h0) memcpy(hbuf + (long)b * D, a->x + r * D, D * 4);
       starts[b] = i == 0 ? s0[b] + n0[b] : starts[b] + nnew[b];
@@ -328,6 +345,7 @@ void smallem_gemm(int R, int K, int N, const float *X, const float *W, float *Y,
   gemm(R, K, N, X, K, W, Y, N, one, 0);
 }
 '''
+_SRC_PASS = _SRC_PASS1 + _SRC_PASS2 + _SRC_PASS3 + _SRC_PASS4
 KERNEL_SRC = _SRC_HEAD + _SRC_GEMM + _SRC_ATTN + _SRC_SAMPLE + _SRC_PASS
 
 # %% ../nbs/12a_fused_cpu.ipynb #c4bec69c
@@ -354,6 +372,8 @@ def _build(src:str, out:Path, cc:str):
     finally: tmp.unlink(missing_ok=True)
 
 _lib = None
+
+# %% ../nbs/12a_fused_cpu.ipynb #89496ba3
 def load_kernel(required:bool=False):
     "The fused kernel compiled for this machine (once; cached under `$SMALLEM_HOME/kernels`), or None where it cannot be built."
     global _lib
@@ -394,6 +414,7 @@ def fused_fits(cfg) -> bool:
 
 def _bad_token(V): raise SmallemError(f"a token id outside the vocabulary [0, {V})")
 
+# %% ../nbs/12a_fused_cpu.ipynb #c78ac56f
 class FusedPass:
     "A trained Smallem's weights packed for the fused kernel, and the call that runs one pass (or one MTP pass) over a cache."
     def __init__(self, model, perm:torch.Tensor, lib=None):
@@ -433,38 +454,40 @@ class FusedPass:
             d['heads'][key] = (vocab, ids, pack_panels(d['E'][ids].t()))
         return d['heads'][key][1:]
 
-    def __call__(self, cache, sids, starts, n_new, tokens, B, T, h=None, chain:list[int]|None=None, temperature:float=0.0,
-                 generator=None, vocab:torch.Tensor|None=None):
-        "One pass over `tokens` [B, T] appended at `starts` (the cache already holds their pages); returns logits, hidden. With `chain` (steps per row), the tokens [B, max(chain)] of a chain of passes (`smallem_chain`) and, when sampling, the probabilities they were drawn from [B, max(chain), V]; `vocab` restricts a chain's guesses to a draft vocabulary."
-        c, R = self.cfg, B * T
-        a = self.main['args'] if h is None else self.mtp['args']
-        kv = cache.kv   # the kernel trusts these shapes: check them
-        if not (kv.is_contiguous() and kv.dtype == torch.float32 and kv.shape[0] >= a.nl and kv.shape[2] == 2 * c.dim):
-            raise SmallemError(f"the fused kernel needs this model's contiguous fp32 cache with {a.nl} layers (got {tuple(kv.shape)}, {kv.dtype})")
-        if tuple(tokens.shape) != (B, T) or (h is not None and tuple(h.shape) != (B, T, c.dim)):
-            raise SmallemError(f"tokens {tuple(tokens.shape)} / hidden {None if h is None else tuple(h.shape)} do not match [{B}, {T}]")
-        P = max(1, max(len(cache.pages[s]) for s in sids))
-        vals = [x for s in sids for x in cache.pages[s] + [0] * (P - len(cache.pages[s]))] + list(starts) + list(n_new)
-        ints = (ctypes.c_long * len(vals))(*vals)      # a ctypes array: cheaper than a tensor for a few integers
-        nth = torch.get_num_threads()
-        need = self._need.get((R, nth))
-        if need is None: need = self._need[R, nth] = self.lib.smallem_work_floats(R, c.dim, c.ffn_dim, c.max_seq_len - 1, nth)
-        if self.work.numel() < need: self.work = torch.empty(need)
-        tok = tokens if tokens.is_contiguous() else tokens.contiguous()
-        D, V = c.dim, c.vocab_size
-        out = torch.empty(R * (D + V + 2))               # hidden, logits and the argmax of each row in one allocation
-        a.R, a.B, a.T, a.S, a.P, a.nthreads = R, B, T, cache.page_size, P, nth
-        a.tokens, a.kv, a.slots = tok.data_ptr(), cache.kv.data_ptr(), cache.kv.shape[1]
-        p0, sz = ctypes.addressof(ints), ctypes.sizeof(ctypes.c_long); a.pt, a.starts, a.nnew = p0, p0 + sz * B * P, p0 + sz * (B * P + B)
-        p0 = out.data_ptr(); a.x, a.logits, a.best, a.work = p0, p0 + 4 * R * D, p0 + 4 * R * (D + V), self.work.data_ptr()
-        if h is not None:
-            if not (h.is_contiguous() and h.dtype == torch.float32): h = h.float().contiguous()
-            a.h_in = h.data_ptr()
-        if chain is not None: return self._chain(a, B, chain, temperature, generator, vocab, h is not None)
-        if self.lib.smallem_pass(ctypes.byref(a)): _bad_token(V)
-        logits = out[R * D:R * (D + V)].view(B, T, V)
-        logits.rows_argmax = out[R * (D + V):].view(torch.int64).view(B, T)   # `generate.argmax` uses it
-        return logits, out[:R * D].view(B, T, D)
+# %% ../nbs/12a_fused_cpu.ipynb #1220b106
+@patch
+def __call__(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, h=None, chain:list[int]|None=None, temperature:float=0.0,
+             generator=None, vocab:torch.Tensor|None=None):
+    "One pass over `tokens` [B, T] appended at `starts` (the cache already holds their pages); returns logits, hidden. With `chain` (steps per row), the tokens [B, max(chain)] of a chain of passes (`smallem_chain`) and, when sampling, the probabilities they were drawn from [B, max(chain), V]; `vocab` restricts a chain's guesses to a draft vocabulary."
+    c, R = self.cfg, B * T
+    a = self.main['args'] if h is None else self.mtp['args']
+    kv = cache.kv   # the kernel trusts these shapes: check them
+    if not (kv.is_contiguous() and kv.dtype == torch.float32 and kv.shape[0] >= a.nl and kv.shape[2] == 2 * c.dim):
+        raise SmallemError(f"the fused kernel needs this model's contiguous fp32 cache with {a.nl} layers (got {tuple(kv.shape)}, {kv.dtype})")
+    if tuple(tokens.shape) != (B, T) or (h is not None and tuple(h.shape) != (B, T, c.dim)):
+        raise SmallemError(f"tokens {tuple(tokens.shape)} / hidden {None if h is None else tuple(h.shape)} do not match [{B}, {T}]")
+    P = max(1, max(len(cache.pages[s]) for s in sids))
+    vals = [x for s in sids for x in cache.pages[s] + [0] * (P - len(cache.pages[s]))] + list(starts) + list(n_new)
+    ints = (ctypes.c_long * len(vals))(*vals)      # a ctypes array: cheaper than a tensor for a few integers
+    nth = torch.get_num_threads()
+    need = self._need.get((R, nth))
+    if need is None: need = self._need[R, nth] = self.lib.smallem_work_floats(R, c.dim, c.ffn_dim, c.max_seq_len - 1, nth)
+    if self.work.numel() < need: self.work = torch.empty(need)
+    tok = tokens if tokens.is_contiguous() else tokens.contiguous()
+    D, V = c.dim, c.vocab_size
+    out = torch.empty(R * (D + V + 2))               # hidden, logits and the argmax of each row in one allocation
+    a.R, a.B, a.T, a.S, a.P, a.nthreads = R, B, T, cache.page_size, P, nth
+    a.tokens, a.kv, a.slots = tok.data_ptr(), cache.kv.data_ptr(), cache.kv.shape[1]
+    p0, sz = ctypes.addressof(ints), ctypes.sizeof(ctypes.c_long); a.pt, a.starts, a.nnew = p0, p0 + sz * B * P, p0 + sz * (B * P + B)
+    p0 = out.data_ptr(); a.x, a.logits, a.best, a.work = p0, p0 + 4 * R * D, p0 + 4 * R * (D + V), self.work.data_ptr()
+    if h is not None:
+        if not (h.is_contiguous() and h.dtype == torch.float32): h = h.float().contiguous()
+        a.h_in = h.data_ptr()
+    if chain is not None: return self._chain(a, B, chain, temperature, generator, vocab, h is not None)
+    if self.lib.smallem_pass(ctypes.byref(a)): _bad_token(V)
+    logits = out[R * D:R * (D + V)].view(B, T, V)
+    logits.rows_argmax = out[R * (D + V):].view(torch.int64).view(B, T)   # `generate.argmax` uses it
+    return logits, out[:R * D].view(B, T, D)
 
 # %% ../nbs/12a_fused_cpu.ipynb #d7a1c0b2
 @patch

@@ -183,6 +183,7 @@ def _hf_family(preset, tmp):
         out[n] = m
     return out
 
+# %% ../nbs/11_interop.ipynb #345e6fee
 def _peer_configs(target, draft, hf, new_tokens, assistant_tokens, lookup_tokens):
     "(engine, method, k, run) for every row; run(prompt, temperature, seed) -> (tokens, target passes, stats)."
     ht, hd = hf['target'], hf['draft2']; base = copy.deepcopy(hd.generation_config); calls = [0]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, asdict
 import torch
 from torch import nn
 import torch.nn.functional as F
+from fastcore.basics import patch
 from .core import SmallemError, VOCAB_SIZES, preset_name
 from .cache import PagedKVCache, paged_attention
 
@@ -161,34 +162,38 @@ class Smallem(nn.Module):
         "Final norm and the tied output projection."
         return F.linear(self.norm(h), self.tok_emb.weight)
 
-    def _positions(self, T, cache, sids, n_new):
-        if cache is None:
-            if T > self.cfg.max_seq_len: raise SmallemError(f"{T} tokens exceed the context of {self.cfg.max_seq_len}")
-            return None, self.cos[:T][None], self.sin[:T][None]
-        plan = cache.plan(sids, n_new, T)
-        return plan, self.cos[plan.pos], self.sin[plan.pos]
+# %% ../nbs/02_model.ipynb #4b2aa965
+@patch
+def _positions(self:Smallem, T, cache, sids, n_new):
+    if cache is None:
+        if T > self.cfg.max_seq_len: raise SmallemError(f"{T} tokens exceed the context of {self.cfg.max_seq_len}")
+        return None, self.cos[:T][None], self.sin[:T][None]
+    plan = cache.plan(sids, n_new, T)
+    return plan, self.cos[plan.pos], self.sin[plan.pos]
 
-    def forward(self, tokens:torch.Tensor,  # [B, T] token ids
-                cache:PagedKVCache|None=None, sids:list|None=None, n_new:list|None=None,
-                return_hidden:bool=False):   # -> logits [B, T, V] (and hidden [B, T, D])
-        "Logits for every input position; with a cache, appends the tokens to sequences `sids`."
-        B, T = tokens.shape
-        if cache is not None and n_new is None: n_new = [T] * B
-        plan, cos, sin = self._positions(T, cache, sids, n_new)
-        x = self.tok_emb(tokens)
-        for i, layer in enumerate(self.layers): x = layer(x, cos, sin, cache, i, plan)
-        logits = self.head(x)
-        return (logits, x) if return_hidden else logits
+@patch
+def forward(self:Smallem, tokens:torch.Tensor,  # [B, T] token ids
+            cache:PagedKVCache|None=None, sids:list|None=None, n_new:list|None=None,
+            return_hidden:bool=False):   # -> logits [B, T, V] (and hidden [B, T, D])
+    "Logits for every input position; with a cache, appends the tokens to sequences `sids`."
+    B, T = tokens.shape
+    if cache is not None and n_new is None: n_new = [T] * B
+    plan, cos, sin = self._positions(T, cache, sids, n_new)
+    x = self.tok_emb(tokens)
+    for i, layer in enumerate(self.layers): x = layer(x, cos, sin, cache, i, plan)
+    logits = self.head(x)
+    return (logits, x) if return_hidden else logits
 
-    def mtp_forward(self, h:torch.Tensor,        # [B, T, D] main hidden states h_i
-                    next_tokens:torch.Tensor,    # [B, T] tokens i+1
-                    cache:PagedKVCache|None=None, sids=None, n_new=None):  # -> logits [B, T, V] for tokens i+2, module state [B, T, D]
-        "The MTP module: logits of token i+2 and the module's own hidden state."
-        if self.mtp is None: raise SmallemError("this model has no MTP module")
-        B, T = next_tokens.shape
-        if cache is not None and n_new is None: n_new = [T] * B
-        plan, cos, sin = self._positions(T, cache, sids, n_new)
-        m = self.mtp
-        x = m.proj(torch.cat([m.norm_h(h), m.norm_e(self.tok_emb(next_tokens))], -1))
-        x = m.block(x, cos, sin, cache, 0, plan)
-        return F.linear(m.norm(x), self.tok_emb.weight), x
+@patch
+def mtp_forward(self:Smallem, h:torch.Tensor,        # [B, T, D] main hidden states h_i
+                next_tokens:torch.Tensor,    # [B, T] tokens i+1
+                cache:PagedKVCache|None=None, sids=None, n_new=None):  # -> logits [B, T, V] for tokens i+2, module state [B, T, D]
+    "The MTP module: logits of token i+2 and the module's own hidden state."
+    if self.mtp is None: raise SmallemError("this model has no MTP module")
+    B, T = next_tokens.shape
+    if cache is not None and n_new is None: n_new = [T] * B
+    plan, cos, sin = self._positions(T, cache, sids, n_new)
+    m = self.mtp
+    x = m.proj(torch.cat([m.norm_h(h), m.norm_e(self.tok_emb(next_tokens))], -1))
+    x = m.block(x, cos, sin, cache, 0, plan)
+    return F.linear(m.norm(x), self.tok_emb.weight), x

@@ -5,6 +5,7 @@
 # %% ../nbs/08_mtp.ipynb #2fde9cf0
 from __future__ import annotations
 import torch
+from fastcore.basics import patch
 from .core import SmallemError
 from .core import argmax, sample_probs
 from .generate import take_rows, probs_at
@@ -34,54 +35,59 @@ class MTPProposer(Proposer):
         self.h = [hidden[b, :len(p)] for b, p in enumerate(prompts)]
         self.nxt = [list(p[1:]) + [t0] for p, t0 in zip(prompts, first_tokens)]
 
-    def propose(self, rows, ks, temperature=0.0, generator=None):
-        t, K, dev = self.target, max(ks), self.target.device
-        sids = [self.sids[r] for r in rows]
-        n_new = [len(self.nxt[r]) if k > 0 else 0 for r, k in zip(rows, ks)]
-        W = max(n_new); D = t.cfg.dim
-        if len(rows) == 1 and W:                  # one row: its pending states as they are, nothing padded
-            h, x = self.h[rows[0]][-W:][None], torch.tensor([self.nxt[rows[0]][-W:]], device=dev)
-        else:
-            h = torch.zeros(len(rows), W, D, device=dev, dtype=self.h[rows[0]].dtype)
-            x = torch.zeros(len(rows), W, dtype=torch.long, device=dev)
-            for i, (r, n) in enumerate(zip(rows, n_new)):
-                if n: h[i, :n] = self.h[r][-n:]; x[i, :n] = torch.tensor(self.nxt[r][-n:], device=dev)
-        chained = hasattr(t, 'chain')
-        if chained:
-            self.true_len = {r: self.cache.length(s) + n for r, s, n in zip(rows, sids, n_new)}
-            dq = t.chain(x, self.cache, sids, n_new, ks, h=h, temperature=temperature, generator=generator, vocab=self.vocab)  # the fused kernel: k guesses in one call
-            chained = dq is not None
-        if not chained:
-            logits, state = t.mtp_forward(h, x, self.cache, sids, n_new)
-            self.true_len = {r: self.cache.length(s) for r, s in zip(rows, sids)}
-        for r, n in zip(rows, n_new):
-            if n: self.h[r], self.nxt[r] = self.h[r][:0], []                   # consumed
-        if chained: return dq
-        last = [max(n - 1, 0) for n in n_new]
-        lg, st = take_rows(logits, last), take_rows(state, last)                # [A, V], [A, D]
-        if self.mask is not None: lg = lg + self.mask
-        toks, qs = [], []
-        for i in range(K):
-            if temperature == 0: d = argmax(lg)
-            else: q = probs_at(lg, temperature); d = sample_probs(q, generator); qs.append(q)
-            toks.append(d)
-            if i < K - 1:   # chain: the module's own state stands in for h, its guess for the next token
-                lg, st = t.mtp_forward(st[:, None], d[:, None], self.cache, sids, [int(i < k - 1) for k in ks])
-                lg, st = take_rows(lg, [0] * len(rows)), st[:, 0]
-                if self.mask is not None: lg = lg + self.mask
-        return torch.stack(toks, 1), (torch.stack(qs, 1) if qs else None)
+# %% ../nbs/08_mtp.ipynb #8d97b909
+@patch
+def propose(self:MTPProposer, rows, ks, temperature=0.0, generator=None):
+    t, K, dev = self.target, max(ks), self.target.device
+    sids = [self.sids[r] for r in rows]
+    n_new = [len(self.nxt[r]) if k > 0 else 0 for r, k in zip(rows, ks)]
+    W = max(n_new); D = t.cfg.dim
+    if len(rows) == 1 and W:                  # one row: its pending states as they are, nothing padded
+        h, x = self.h[rows[0]][-W:][None], torch.tensor([self.nxt[rows[0]][-W:]], device=dev)
+    else:
+        h = torch.zeros(len(rows), W, D, device=dev, dtype=self.h[rows[0]].dtype)
+        x = torch.zeros(len(rows), W, dtype=torch.long, device=dev)
+        for i, (r, n) in enumerate(zip(rows, n_new)):
+            if n: h[i, :n] = self.h[r][-n:]; x[i, :n] = torch.tensor(self.nxt[r][-n:], device=dev)
+    chained = hasattr(t, 'chain')
+    if chained:
+        self.true_len = {r: self.cache.length(s) + n for r, s, n in zip(rows, sids, n_new)}
+        dq = t.chain(x, self.cache, sids, n_new, ks, h=h, temperature=temperature, generator=generator, vocab=self.vocab)  # the fused kernel: k guesses in one call
+        chained = dq is not None
+    if not chained:
+        logits, state = t.mtp_forward(h, x, self.cache, sids, n_new)
+        self.true_len = {r: self.cache.length(s) for r, s in zip(rows, sids)}
+    for r, n in zip(rows, n_new):
+        if n: self.h[r], self.nxt[r] = self.h[r][:0], []                   # consumed
+    if chained: return dq
+    last = [max(n - 1, 0) for n in n_new]
+    lg, st = take_rows(logits, last), take_rows(state, last)                # [A, V], [A, D]
+    if self.mask is not None: lg = lg + self.mask
+    toks, qs = [], []
+    for i in range(K):
+        if temperature == 0: d = argmax(lg)
+        else: q = probs_at(lg, temperature); d = sample_probs(q, generator); qs.append(q)
+        toks.append(d)
+        if i < K - 1:   # chain: the module's own state stands in for h, its guess for the next token
+            lg, st = t.mtp_forward(st[:, None], d[:, None], self.cache, sids, [int(i < k - 1) for k in ks])
+            lg, st = take_rows(lg, [0] * len(rows)), st[:, 0]
+            if self.mask is not None: lg = lg + self.mask
+    return torch.stack(toks, 1), (torch.stack(qs, 1) if qs else None)
 
-    def accept(self, rows, emitted, hidden=None):
-        for i, (r, em) in enumerate(zip(rows, emitted)):
-            s = self.sids[r]
-            if r in getattr(self, 'true_len', {}): self.cache.keep(s, self.true_len[r])   # drop chained positions
-            n = len(em)                                    # accepted + 1: true positions of the verify pass
-            self.h[r] = torch.cat([self.h[r], hidden[i, :n]]) if len(self.h[r]) else hidden[i, :n]
-            self.nxt[r] = self.nxt[r] + list(em)
-        self.true_len = {}
+# %% ../nbs/08_mtp.ipynb #dda0398a
+@patch
+def accept(self:MTPProposer, rows, emitted, hidden=None):
+    for i, (r, em) in enumerate(zip(rows, emitted)):
+        s = self.sids[r]
+        if r in getattr(self, 'true_len', {}): self.cache.keep(s, self.true_len[r])   # drop chained positions
+        n = len(em)                                    # accepted + 1: true positions of the verify pass
+        self.h[r] = torch.cat([self.h[r], hidden[i, :n]]) if len(self.h[r]) else hidden[i, :n]
+        self.nxt[r] = self.nxt[r] + list(em)
+    self.true_len = {}
 
-    def finish(self):
-        for s in self.sids: self.cache.free(s)
+@patch
+def finish(self:MTPProposer):
+    for s in self.sids: self.cache.free(s)
 
 # %% ../nbs/08_mtp.ipynb #c08r0002
 PROPOSERS = ('draft2', 'draft2_v1024', 'draft4', 'mtp', 'mtp_v1024', 'ngram')   # the benchmark's default set (draft vocabularies: 12b_draft_vocab)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import time
 import torch
+from fastcore.basics import patch
 from .core import SmallemError
 from .model import Smallem
 from .fused import load_kernel, decide_sampled
@@ -14,8 +15,8 @@ from .verify import _greedy, _greedy_row, _sampled
 from .generate import take_rows, check_prompts, check_temperature, next_token, probs_at, prefill
 
 # %% auto #0
-__all__ = ['PARTS', 'Proposer', 'draft_mask', 'vocab_note', 'DraftProposer', 'check_proposer', 'speculative_generate',
-           'ConstantProposer']
+__all__ = ['PARTS', 'Proposer', 'draft_mask', 'vocab_note', 'DraftProposer', 'check_proposer', 'speculative_round',
+           'speculative_generate', 'ConstantProposer']
 
 # %% ../nbs/05_greedy.ipynb #098af032
 class Proposer:
@@ -56,40 +57,44 @@ class DraftProposer(Proposer):
         self.ctx = [list(p) + [t] for p, t in zip(prompts, first_tokens)]   # the true text of each row
         self.off = [0] * len(prompts)                                       # tokens of ctx before the cache's first
 
-    def propose(self, rows, ks, temperature=0.0, generator=None):
-        m, K, dev = self.model, max(ks), self.model.device
-        for r, k in zip(rows, ks):   # read before, and far behind now (after plain steps): read only the last tokens, as a new text
-            n = self.cache.length(self.sids[r])
-            if k > 0 and n > 0 and len(self.ctx[r]) - self.off[r] - n > self.catchup:
-                self.cache.free(self.sids[r]); self.sids[r] = self.cache.new_seq(); self.off[r] = len(self.ctx[r]) - self.catchup
-        sids = [self.sids[r] for r in rows]
-        pending = [self.ctx[r][self.off[r] + self.cache.length(s):] if k > 0 else [] for r, s, k in zip(rows, sids, ks)]
-        W = max(len(p) for p in pending)
-        x = torch.tensor([p + [0] * (W - len(p)) for p in pending], device=dev)          # [A, W]
-        if hasattr(m, 'chain'):                                                       # the fused kernel: k guesses in one call
-            dq = m.chain(x, self.cache, sids, [len(p) for p in pending], ks, temperature=temperature, generator=generator, vocab=self.vocab)
-            if dq is not None: return dq
-        logits = take_rows(m(x, self.cache, sids, n_new=[len(p) for p in pending]), [max(len(p) - 1, 0) for p in pending])  # [A, V]
-        if self.mask is not None: logits = logits + self.mask
-        toks, qs = [], []
-        for i in range(K):
-            if temperature == 0: t = argmax(logits)
-            else:
-                q = probs_at(logits, temperature); t = sample_probs(q, generator); qs.append(q)
-            toks.append(t)
-            if i < K - 1:
-                logits = take_rows(m(t[:, None], self.cache, sids, n_new=[int(i < k - 1) for k in ks]), [0] * len(rows))
-                if self.mask is not None: logits = logits + self.mask
-        return torch.stack(toks, 1), (torch.stack(qs, 1) if qs else None)
+# %% ../nbs/05_greedy.ipynb #0692644b
+@patch
+def propose(self:DraftProposer, rows, ks, temperature=0.0, generator=None):
+    m, K, dev = self.model, max(ks), self.model.device
+    for r, k in zip(rows, ks):   # read before, and far behind now (after plain steps): read only the last tokens, as a new text
+        n = self.cache.length(self.sids[r])
+        if k > 0 and n > 0 and len(self.ctx[r]) - self.off[r] - n > self.catchup:
+            self.cache.free(self.sids[r]); self.sids[r] = self.cache.new_seq(); self.off[r] = len(self.ctx[r]) - self.catchup
+    sids = [self.sids[r] for r in rows]
+    pending = [self.ctx[r][self.off[r] + self.cache.length(s):] if k > 0 else [] for r, s, k in zip(rows, sids, ks)]
+    W = max(len(p) for p in pending)
+    x = torch.tensor([p + [0] * (W - len(p)) for p in pending], device=dev)          # [A, W]
+    if hasattr(m, 'chain'):                                                       # the fused kernel: k guesses in one call
+        dq = m.chain(x, self.cache, sids, [len(p) for p in pending], ks, temperature=temperature, generator=generator, vocab=self.vocab)
+        if dq is not None: return dq
+    logits = take_rows(m(x, self.cache, sids, n_new=[len(p) for p in pending]), [max(len(p) - 1, 0) for p in pending])  # [A, V]
+    if self.mask is not None: logits = logits + self.mask
+    toks, qs = [], []
+    for i in range(K):
+        if temperature == 0: t = argmax(logits)
+        else:
+            q = probs_at(logits, temperature); t = sample_probs(q, generator); qs.append(q)
+        toks.append(t)
+        if i < K - 1:
+            logits = take_rows(m(t[:, None], self.cache, sids, n_new=[int(i < k - 1) for k in ks]), [0] * len(rows))
+            if self.mask is not None: logits = logits + self.mask
+    return torch.stack(toks, 1), (torch.stack(qs, 1) if qs else None)
 
-    def accept(self, rows, emitted, hidden=None):
-        for r, em in zip(rows, emitted):
-            s, known = self.sids[r], len(self.ctx[r]) - self.off[r]
-            self.cache.keep(s, min(self.cache.length(s), known + len(em) - 1))
-            self.ctx[r].extend(em)
+@patch
+def accept(self:DraftProposer, rows, emitted, hidden=None):
+    for r, em in zip(rows, emitted):
+        s, known = self.sids[r], len(self.ctx[r]) - self.off[r]
+        self.cache.keep(s, min(self.cache.length(s), known + len(em) - 1))
+        self.ctx[r].extend(em)
 
-    def finish(self):
-        for s in self.sids: self.cache.free(s)
+@patch
+def finish(self:DraftProposer):
+    for s in self.sids: self.cache.free(s)
 
 # %% ../nbs/05_greedy.ipynb #a7b6e656
 def _decide(logits, draft_tokens, q, ks_t, temperature, generator, residual=True):
@@ -110,88 +115,99 @@ def check_proposer(target:Smallem, proposer:Proposer):
 # %% ../nbs/05_greedy.ipynb #ec43ebf4
 PARTS = ('propose', 'verify', 'decide', 'keep', 'accept', 'bookkeeping')   # where a round's time goes (stats['t_parts'])
 
+# %% ../nbs/05_greedy.ipynb #68f2e3e9
+def _decision(lg, d, q, ks, temperature, generator, residual) -> list[list[int]]:
+    "Each row's decision as host integers: its accepted guesses, the corrected or bonus token, then how many were accepted."
+    dev, K = lg.device, max(ks)
+    if temperature == 0 and dev.type == 'cpu':                                   # a few integers: plain Python is the fastest
+        return [_greedy_row(b, dr, kb) for b, dr, kb in zip(argmax(lg).tolist(), d.tolist(), ks)]
+    if dev.type == 'cpu' and lg.shape[-1] % 16 == 0 and load_kernel() is not None:   # the sampling rule in one call
+        return decide_sampled(lg, temperature, q, d, ks, generator, residual)
+    toks, n = _decide(lg, d, q, None if min(ks) == K else torch.tensor(ks, device=dev), temperature, generator, residual)
+    return torch.cat([toks, n[:, None]], 1).tolist()                             # the one host sync of the round
+
+def speculative_round(target, proposer:Proposer, cache, sids:list, rows:list[int], ks:list[int], last:list[int], lengths:list[int],
+                      temperature:float=0.0, generator=None, residual=True, times:dict|None=None) -> tuple[list[list[int]], list[int]]:
+    "One round for `rows`: k guesses each, one verify pass over [last token, guesses], the decision, both caches rolled back to the true text (`lengths`: tokens each row's cache held before the round). Returns the tokens each row emitted and how many guesses it kept."
+    clock, dev, t = time.perf_counter, target.device, times if times is not None else dict.fromkeys(PARTS, 0.)
+    t0 = clock()
+    d, q = proposer.propose(rows, ks, temperature, generator)                   # [A, K] guesses, [A, K, V] their q (sampling)
+    sync(dev); t1 = clock()
+    x = torch.cat([torch.tensor([[last[b]] for b in rows], device=dev), d], 1)  # [A, K+1]
+    res = target(x, cache, [sids[b] for b in rows], n_new=[kb + 1 for kb in ks], return_hidden=proposer.needs_hidden)
+    lg, h = res if isinstance(res, tuple) else (res, None)
+    t2 = clock()
+    both = _decision(lg, d, q, ks, temperature, generator, residual)
+    sync(dev); t3 = clock()
+    emitted = [row[:row[-1] + 1] for row in both]
+    for row, b, n0 in zip(both, rows, lengths): cache.keep(sids[b], n0 + 1 + row[-1])   # + the last token and the kept guesses
+    t4 = clock()
+    proposer.accept(rows, emitted, h)
+    t['propose'] += t1 - t0; t['verify'] += t2 - t1; t['decide'] += t3 - t2; t['keep'] += t4 - t3; t['accept'] += clock() - t4
+    return emitted, [row[-1] for row in both]
+
+# %% ../nbs/05_greedy.ipynb #9adf2222
+def _check_generation(target, proposer, prompts, max_new_tokens, k, temperature) -> list[list[int]]:
+    "One-line errors for a generation's arguments; returns the checked prompts."
+    cfg = target.cfg
+    check_temperature(temperature); check_proposer(target, proposer)
+    if not isinstance(k, int) or k < 1: raise SmallemError(f"k must be an integer >= 1 (got {k!r})")
+    if k >= cfg.max_seq_len: raise SmallemError(f"k = {k} does not fit the context of {cfg.max_seq_len}")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 0: raise SmallemError(f"max_new_tokens must be an integer >= 0 (got {max_new_tokens!r})")
+    return check_prompts(prompts, cfg.vocab_size, cfg.max_seq_len)
+
+def _plain_stretch(target, proposer, cache, sids, rows, last, out, budget, k_policy, temperature, generator, tp):
+    "k = 0: plain steps as tight as `generate` (as many as the policy asks), the proposer told once at the end; returns the steps."
+    t0, m = time.perf_counter(), max(1, min([getattr(k_policy, 'steps', 1)] + [budget[b] - len(out[b]) for b in rows]))
+    ems, hs = _plain_steps(target, cache, [sids[b] for b in rows], [last[b] for b in rows], m, temperature, generator, proposer.needs_hidden)
+    t1 = time.perf_counter()
+    for em, b in zip(ems, rows): out[b].extend(em); last[b] = em[-1]
+    proposer.accept(rows, ems, hs)
+    tp['verify'] += t1 - t0; tp['accept'] += time.perf_counter() - t1
+    return m
+
+# %% ../nbs/05_greedy.ipynb #66a353bd
 @torch.inference_mode()
 def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[int]], max_new_tokens:int, k:int,
                          temperature:float=0.0, generator:torch.Generator|None=None, k_policy=None,
                          on_round=None,         # called as on_round(cache, sids, out) after every round (for checks)
                          _residual:bool=True):  # False plants a known bias: for negative controls only
     "Generate with speculative rounds; returns (new tokens of each prompt, stats)."
-    cfg, dev = target.cfg, target.device
-    check_temperature(temperature); check_proposer(target, proposer)
-    if not isinstance(k, int) or k < 1: raise SmallemError(f"k must be an integer >= 1 (got {k!r})")
-    if k >= cfg.max_seq_len: raise SmallemError(f"k = {k} does not fit the context of {cfg.max_seq_len}")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0: raise SmallemError(f"max_new_tokens must be an integer >= 0 (got {max_new_tokens!r})")
-    prompts = check_prompts(prompts, cfg.vocab_size, cfg.max_seq_len)
-    B = len(prompts)
-    budget = [min(max_new_tokens, cfg.max_seq_len - len(p) + 1) for p in prompts]
-    st = {'k': k, 'log': [], 't_parts': dict.fromkeys(PARTS, 0.), 't_total': 0.,
-          'stopped': ['max_new_tokens' if b == max_new_tokens else 'context' for b in budget]}
-    out = [[] for _ in prompts]
+    prompts = _check_generation(target, proposer, prompts, max_new_tokens, k, temperature)
+    L = target.cfg.max_seq_len; budget = [min(max_new_tokens, L - len(p) + 1) for p in prompts]
+    st = {'k': k, 'log': [], 't_parts': dict.fromkeys(PARTS, 0.), 't_total': 0., 'stopped': ['max_new_tokens' if b == max_new_tokens else 'context' for b in budget]}
+    out, tp, clock = [[] for _ in prompts], st['t_parts'], time.perf_counter; t_start = clock()
     if max(budget) <= 0: return out, _finish_stats(st, out)
-    clock = time.perf_counter; t_start = clock()
-    cap = [min(cfg.max_seq_len, len(p) + b + k + 1) for p, b in zip(prompts, budget)]
-    cache = target.new_cache(capacity=cap); sids = [cache.new_seq() for _ in prompts]
-    tp = st['t_parts']
+    cap = [min(L, len(p) + b + k + 1) for p, b in zip(prompts, budget)]; cache = target.new_cache(capacity=cap); sids = [cache.new_seq() for _ in prompts]
     try:
         logits, hid = prefill(target, cache, sids, prompts, return_hidden=True)
-        first = next_token(logits, temperature, generator).tolist()             # a plain step: the first token
-        for b in range(B): out[b].append(first[b])
-        last = list(first)                                                       # per row: emitted, not yet read
-        proposer.start(prompts, first, hid if proposer.needs_hidden else None, cap)
-        if hasattr(k_policy, 'start'): k_policy.start()                          # a policy that times rounds skips this first one
+        out = [[t] for t in next_token(logits, temperature, generator).tolist()]    # a plain step: the first token
+        last = [o[0] for o in out]                                                 # per row: emitted, not yet read
+        proposer.start(prompts, list(last), hid if proposer.needs_hidden else None, cap); getattr(k_policy, 'start', lambda: None)()
         try:
             t5 = clock()
-            while True:
-                rows = [b for b in range(B) if len(out[b]) < budget[b]]
-                if not rows: break
+            while rows := [b for b in range(len(prompts)) if len(out[b]) < budget[b]]:
                 kr = k if k_policy is None else k_policy.choose()
                 ks = [min(kr, budget[b] - len(out[b]) - 1) for b in rows]
-                K = max(ks)
-                t0 = clock(); tp['bookkeeping'] += t0 - t5
-                if K == 0:   # plain steps, as tight as `generate`: the proposer hears of them once, at the end
-                    m = max(1, min([getattr(k_policy, 'steps', 1)] + [budget[b] - len(out[b]) for b in rows]))
-                    ems, hs = _plain_steps(target, cache, [sids[b] for b in rows], [last[b] for b in rows], m, temperature, generator, proposer.needs_hidden)
-                    t3 = clock()
-                    for em, b in zip(ems, rows): out[b].extend(em); last[b] = em[-1]
-                    proposer.accept(rows, ems, hs)
-                    t5 = clock()
-                    if k_policy is not None: k_policy.update(0, [0] * len(rows), [0] * len(rows), steps=m)
-                    st['log'] += [(0, [0] * len(rows), [0] * len(rows))] * m
-                    tp['verify'] += t3 - t0; tp['accept'] += t5 - t3
-                    if on_round is not None: on_round(cache, sids, out)
-                    continue
-                d, q = proposer.propose(rows, ks, temperature, generator)             # [A, K], [A, K, V] | None
-                sync(dev); t1 = clock()
-                x = torch.cat([torch.tensor([[last[b]] for b in rows], device=dev), d], 1)   # [A, K+1]
-                res = target(x, cache, [sids[b] for b in rows], n_new=[kb + 1 for kb in ks], return_hidden=proposer.needs_hidden)
-                lg, h = res if isinstance(res, tuple) else (res, None)
-                t2 = clock()
-                if temperature == 0 and dev.type == 'cpu':                           # a few integers: plain Python is the fastest
-                    both = [_greedy_row(b, dr, kb) for b, dr, kb in zip(argmax(lg).tolist(), d.tolist(), ks)]
-                elif dev.type == 'cpu' and lg.shape[-1] % 16 == 0 and load_kernel() is not None:   # the sampling rule in one call
-                    both = decide_sampled(lg, temperature, q, d, ks, generator, _residual)
+                tp['bookkeeping'] += clock() - t5
+                if max(ks) == 0:
+                    m = _plain_stretch(target, proposer, cache, sids, rows, last, out, budget, k_policy, temperature, generator, tp)
+                    kr, ks, ns = 0, [0] * len(rows), [0] * len(rows)
                 else:
-                    toks, n = _decide(lg, d, q, None if min(ks) == K else torch.tensor(ks, device=dev), temperature, generator, _residual)
-                    both = torch.cat([toks, n[:, None]], 1).tolist()                 # the one host sync of the round
-                sync(dev); t3 = clock()
-                emitted, ns = [], []
-                for row, b in zip(both, rows):
-                    nb = row[-1]; em = row[:nb + 1]; ns.append(nb)
-                    cache.keep(sids[b], len(prompts[b]) + len(out[b]) + nb)          # last token + accepted guesses
-                    out[b].extend(em); emitted.append(em); last[b] = em[-1]
-                t4 = clock()
-                proposer.accept(rows, emitted, h)
+                    ems, ns = speculative_round(target, proposer, cache, sids, rows, ks, last, [len(prompts[b]) + len(out[b]) - 1 for b in rows],
+                                                temperature, generator, _residual, tp)
+                    for em, b in zip(ems, rows): out[b].extend(em); last[b] = em[-1]
+                    m = 1
                 t5 = clock()
-                if k_policy is not None: k_policy.update(kr, ns, ks)
-                st['log'].append((kr, ks, ns))                                       # statistics are gathered at the end
-                tp['propose'] += t1 - t0; tp['verify'] += t2 - t1; tp['decide'] += t3 - t2; tp['keep'] += t4 - t3; tp['accept'] += t5 - t4
+                if k_policy is not None: k_policy.update(kr, ns, ks, steps=m)
+                st['log'] += [(kr, ks, ns)] * m                                    # statistics are gathered at the end
                 if on_round is not None: on_round(cache, sids, out)
         finally: proposer.finish()
     finally:
         for s in sids: cache.free(s)
-    st['t_total'] = clock() - t_start
-    return out, _finish_stats(st, out)
+    st['t_total'] = clock() - t_start; return out, _finish_stats(st, out)
 
+# %% ../nbs/05_greedy.ipynb #f2b6caac
 def _plain_steps(target, cache, sids, last, m, temperature, generator, hidden:bool):
     "m plain steps of rows continuing from tokens `last`: the emitted tokens of each row, and the hidden states [A, m, D] if asked."
     x, xs, hs = torch.tensor([[t] for t in last], device=target.device), [], []
@@ -220,7 +236,6 @@ def _finish_stats(st, out):
     st['t_propose'], st['t_verify'] = tp['propose'], tp['verify'] + tp['decide']
     st['t_host'] = st['t_total'] - st['t_propose'] - st['t_verify']
     return st
-
 
 # %% ../nbs/05_greedy.ipynb #69178f65
 class ConstantProposer(Proposer):

@@ -149,6 +149,7 @@ def save_checkpoint(model:Smallem, out:Path, name:str, record:dict, tok_hash:str
     (out/f'{name}.json').write_text(json.dumps(man, indent=1) + '\n')
     return w
 
+# %% ../nbs/03_train.ipynb #2b30dfab
 def load_checkpoint(folder:Path, name:str, preset:str|None=None, device='cpu', dtype=torch.float32) -> Smallem:
     "Load and verify a checkpoint against the preset's tokenizer and configuration."
     preset = preset_name(preset); folder = Path(folder)
