@@ -16,7 +16,7 @@ from .generate import generate, pass_times, probs_at
 from .fused import cpu_info, load_kernel, decide_sampled, sample_logits
 from .fast import FastSmallem
 from .verify import _sampled, _greedy, _greedy_row
-from .spec import speculative_generate
+from .spec import speculative_generate, SpecStats
 from .mtp import PROPOSERS, parse_proposer, make_proposer
 from .cost import AdaptiveK, HeuristicK, expected_tokens_pos
 
@@ -95,8 +95,7 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
     "Run one configuration once; returns seconds, tokens, texts and pooled stats."
     dev = target.device
     chunks = [prompts[i:i + batch] for i in range(0, len(prompts), batch)]
-    secs, texts, agg = 0., [], {'pos_proposed': None, 'pos_accepted': None, 'row_rounds': 0, 'accepted': 0, 'proposed': 0,
-                                 'k_used': [], 'passes': 0, 'rounds': 0, 't_host': 0., 'row_slots': 0}
+    secs, texts, passes, slots, agg = 0., [], 0, 0, SpecStats()
     pol, kk = None, k
     if k == 'adaptive':   # one policy for the whole row: what it learns of this machine and proposer carries from prompt to prompt
         kk = 6; s = costs['s_lookup' if proposer == 'ngram' else 's'][temperature]
@@ -112,13 +111,9 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
             out, st = speculative_generate(target, make_proposer(proposer, target, models), ch, new_tokens, kk, temperature, g, k_policy=pol)
         sync(dev); secs += time.perf_counter() - t0
         texts += out
-        if proposer == 'none': agg['passes'] += st['passes']; continue
-        for key in ('pos_proposed', 'pos_accepted'):
-            agg[key] = st[key] if agg[key] is None else [a + b for a, b in zip(agg[key], st[key])]
-        for key in ('row_rounds', 'accepted', 'proposed', 'rounds', 't_host'): agg[key] += st[key]
-        agg['row_slots'] += st['rounds'] * len(ch)      # rows the batch carried, finished or not
-        agg['k_used'] += st['k_used']
-    return dict(seconds=secs, tokens=sum(len(t) for t in texts), texts=texts, **agg)
+        if proposer == 'none': passes += st['passes']; continue
+        agg = agg + st; slots += st.rounds * len(ch)    # rows the batch carried, finished or not
+    return dict(seconds=secs, tokens=sum(len(t) for t in texts), texts=texts, passes=passes, row_slots=slots, stats=agg)
 
 # %% ../nbs/10_bench.ipynb #b7c35fc5
 def _predict(alphas, ks_used, c, v, t_step, h, s=None, occupancy:float=1.0, t_unit=None, t1=None, c0:float=0.0):
@@ -164,27 +159,27 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
     p, k, T, B = key
     tps = [res['tokens'] / res['seconds'] for res, _ in lst]
     sp = [res['tokens'] / res['seconds'] / bt for res, bt in lst]
-    last = lst[-1][0]
+    last = lst[-1][0]; st = last['stats']
     row = dict(proposer=p if k != 'reference' else 'none (reference)', k=k if k != 'reference' else 0,
                path='reference' if (k == 'reference' or not fast) else 'fast', temperature=T, batch=B,
                tokens_per_s=round(statistics.median(tps), 1), speedup=round(statistics.median(sp), 3), repeats=len(lst))
     if p == 'none':   # the reference row's ratio is what the fast path bought, not something the cost model predicts
         row.update(alpha_per_position=None, tokens_per_round=1.0, predicted_speedup=1.0 if k != 'reference' else None, c=None, identical=None)
     else:
-        pp, pa = last['pos_proposed'], last['pos_accepted']
+        pp, pa = st.pos_proposed, st.pos_accepted
         alphas = [a / n if n else 0.0 for a, n in zip(pa, pp)]
         cst = costs[B]; c0, c = cst['prop'][T][p]
         base = raw[('none', 0, T, B)][-1][0]
         t_step = base['seconds'] / base['passes']                  # a plain step, loop and prefill included
         g0 = raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)])[-1][0]
         t_unit = g0['seconds'] / g0['passes']                      # the same without sampling: the unit passes are priced in
-        h = last['t_host'] / last['rounds']                        # host time per round, measured in the run
-        occ = last['row_rounds'] / last['row_slots']               # < 1 at batch > 1: the batch waits for its slowest row
-        pred = _predict(alphas, last['k_used'], c, cst['v'], t_step, h, cst['s_lookup' if p == 'ngram' else 's'][T], occ, t_unit, cst['t1'], c0)
+        h = st.t_host / st.rounds                                  # host time per round, measured in the run
+        occ = st.row_rounds / last['row_slots']                    # < 1 at batch > 1: the batch waits for its slowest row
+        pred = _predict(alphas, st.k_used, c, cst['v'], t_step, h, cst['s_lookup' if p == 'ngram' else 's'][T], occ, t_unit, cst['t1'], c0)
         row.update(alpha_per_position=[round(a, 4) if n else None for a, n in zip(alphas, pp)],
                    host_per_round=round(h / cst['t1'], 3), occupancy=round(occ, 3), t_step_ms=round(t_step * 1e3, 4), t_unit_ms=round(t_unit * 1e3, 4),
-                   tokens_per_round=round((last['accepted'] + last['row_rounds']) / last['row_rounds'], 3),
-                   predicted_speedup=round(pred, 3), c=round(c, 3), c0=round(c0, 3), mean_k=round(statistics.mean(last['k_used']), 2),
+                   tokens_per_round=round(st.tokens_per_round, 3),
+                   predicted_speedup=round(pred, 3), c=round(c, 3), c0=round(c0, 3), mean_k=round(statistics.mean(st.k_used), 2),
                    identical=(last['texts'] == raw[('none', 0, T, B)][-1][0]['texts']) if T == 0 else None)
     row['measured_over_predicted'] = round(row['speedup'] / row['predicted_speedup'], 3) if row['predicted_speedup'] else None
     return row

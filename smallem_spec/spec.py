@@ -5,6 +5,7 @@
 # %% ../nbs/05_greedy.ipynb #df349469
 from __future__ import annotations
 import time
+from dataclasses import dataclass, field
 import torch
 from fastcore.basics import patch
 from .core import SmallemError
@@ -15,7 +16,7 @@ from .verify import _greedy, _greedy_row, _sampled
 from .generate import take_rows, check_prompts, check_temperature, next_token, probs_at, prefill
 
 # %% auto #0
-__all__ = ['PARTS', 'Proposer', 'draft_mask', 'vocab_note', 'DraftProposer', 'check_proposer', 'speculative_round',
+__all__ = ['PARTS', 'Proposer', 'draft_mask', 'vocab_note', 'DraftProposer', 'check_proposer', 'SpecStats', 'speculative_round',
            'speculative_generate', 'ConstantProposer']
 
 # %% ../nbs/05_greedy.ipynb #098af032
@@ -113,7 +114,43 @@ def check_proposer(target:Smallem, proposer:Proposer):
         raise SmallemError(f"proposer tokenizer {b.get('tokenizer_hash')} differs from the target's {a.get('tokenizer_hash')}")
 
 # %% ../nbs/05_greedy.ipynb #ec43ebf4
-PARTS = ('propose', 'verify', 'decide', 'keep', 'accept', 'bookkeeping')   # where a round's time goes (stats['t_parts'])
+PARTS = ('propose', 'verify', 'decide', 'keep', 'accept', 'bookkeeping')   # where a round's time goes (stats.t_parts)
+
+@dataclass
+class SpecStats:
+    "What speculative generation did: rounds, guesses made and kept (in all and by position), the k of each round, where the time went. Read as `st.rounds` or `st['rounds']`; the stats of several generations add up with `+`."
+    rounds:int=0; row_rounds:int=0; proposed:int=0; accepted:int=0; new_tokens:int=0; t_total:float=0.
+    pos_proposed:list=field(default_factory=list); pos_accepted:list=field(default_factory=list); k_used:list=field(default_factory=list)
+    t_parts:dict=field(default_factory=lambda: dict.fromkeys(PARTS, 0.)); stopped:list=field(default_factory=list)
+    def __getitem__(self, key): return getattr(self, key)
+    @property
+    def alpha_per_position(self): return [a / p if p else None for a, p in zip(self.pos_accepted, self.pos_proposed)]
+    @property
+    def acceptance(self): return self.accepted / self.proposed if self.proposed else None
+    @property
+    def tokens_per_round(self): return (self.accepted + self.row_rounds) / self.row_rounds if self.row_rounds else None
+    @property
+    def t_propose(self): return self.t_parts['propose']
+    @property
+    def t_verify(self): return self.t_parts['verify'] + self.t_parts['decide']
+    @property
+    def t_host(self): return self.t_total - self.t_propose - self.t_verify
+    def __add__(self, o:'SpecStats') -> 'SpecStats':
+        add = lambda a, b: [x + y for x, y in zip(a + [0] * (len(b) - len(a)), b + [0] * (len(a) - len(b)))]
+        return SpecStats(*(getattr(self, f) + getattr(o, f) for f in ('rounds', 'row_rounds', 'proposed', 'accepted', 'new_tokens', 't_total')),
+                         add(self.pos_proposed, o.pos_proposed), add(self.pos_accepted, o.pos_accepted), self.k_used + o.k_used,
+                         {p: self.t_parts[p] + o.t_parts[p] for p in PARTS}, self.stopped + o.stopped)
+
+    @classmethod
+    def from_log(cls, log:list, k:int, out:list, t_parts:dict, t_total:float, stopped:list) -> 'SpecStats':
+        "Gather a generation's round log [(k of the round, k of each row, kept by each row)] once, at the end."
+        pp, pa = [0] * k, [0] * k
+        for _, ks, ns in log:
+            for kb, nb in zip(ks, ns):
+                for j in range(min(nb + 1, kb)): pp[j] += 1
+                for j in range(nb): pa[j] += 1
+        return cls(len(log), sum(len(ks) for _, ks, _ in log), sum(sum(ks) for _, ks, _ in log), sum(sum(ns) for _, _, ns in log),
+                   sum(len(o) for o in out), t_total, pp, pa, [kr for kr, _, _ in log], t_parts, stopped)
 
 # %% ../nbs/05_greedy.ipynb #68f2e3e9
 def _decision(lg, d, q, ks, temperature, generator, residual) -> list[list[int]]:
@@ -175,9 +212,9 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
     "Generate with speculative rounds; returns (new tokens of each prompt, stats)."
     prompts = _check_generation(target, proposer, prompts, max_new_tokens, k, temperature)
     L = target.cfg.max_seq_len; budget = [min(max_new_tokens, L - len(p) + 1) for p in prompts]
-    st = {'k': k, 'log': [], 't_parts': dict.fromkeys(PARTS, 0.), 't_total': 0., 'stopped': ['max_new_tokens' if b == max_new_tokens else 'context' for b in budget]}
-    out, tp, clock = [[] for _ in prompts], st['t_parts'], time.perf_counter; t_start = clock()
-    if max(budget) <= 0: return out, _finish_stats(st, out)
+    log, tp, stopped = [], dict.fromkeys(PARTS, 0.), ['max_new_tokens' if b == max_new_tokens else 'context' for b in budget]
+    out, clock = [[] for _ in prompts], time.perf_counter; t_start = clock()
+    if max(budget) <= 0: return out, SpecStats.from_log(log, k, out, tp, 0., stopped)
     cap = [min(L, len(p) + b + k + 1) for p, b in zip(prompts, budget)]; cache = target.new_cache(capacity=cap); sids = [cache.new_seq() for _ in prompts]
     try:
         logits, hid = prefill(target, cache, sids, prompts, return_hidden=True)
@@ -200,12 +237,12 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
                     m = 1
                 t5 = clock()
                 if k_policy is not None: k_policy.update(kr, ns, ks, steps=m)
-                st['log'] += [(kr, ks, ns)] * m                                    # statistics are gathered at the end
+                log += [(kr, ks, ns)] * m                                          # statistics are gathered at the end
                 if on_round is not None: on_round(cache, sids, out)
         finally: proposer.finish()
     finally:
         for s in sids: cache.free(s)
-    st['t_total'] = clock() - t_start; return out, _finish_stats(st, out)
+    return out, SpecStats.from_log(log, k, out, tp, clock() - t_start, stopped)
 
 # %% ../nbs/05_greedy.ipynb #f2b6caac
 def _plain_steps(target, cache, sids, last, m, temperature, generator, hidden:bool):
@@ -217,25 +254,6 @@ def _plain_steps(target, cache, sids, last, m, temperature, generator, hidden:bo
         if hidden: hs.append(h)
         x = next_token(take_rows(lg, [0] * len(sids)), temperature, generator)[:, None]; xs.append(x)
     return torch.cat(xs, 1).tolist(), (torch.cat(hs, 1) if hidden else None)
-
-def _finish_stats(st, out):
-    "Aggregate the round log: counts, per-position acceptance, tokens per round, and where the time went."
-    log, k = st.pop('log'), st.pop('k')
-    pp, pa = [0] * k, [0] * k
-    for kr, ks, ns in log:
-        for kb, nb in zip(ks, ns):
-            for j in range(min(nb + 1, kb)): pp[j] += 1
-            for j in range(nb): pa[j] += 1
-    st.update(rounds=len(log), row_rounds=sum(len(ks) for _, ks, _ in log), proposed=sum(sum(ks) for _, ks, _ in log),
-              accepted=sum(sum(ns) for _, _, ns in log), pos_proposed=pp, pos_accepted=pa, k_used=[kr for kr, _, _ in log])
-    st['new_tokens'] = sum(len(o) for o in out)
-    st['alpha_per_position'] = [a / p if p else None for a, p in zip(pa, pp)]
-    st['acceptance'] = st['accepted'] / st['proposed'] if st['proposed'] else None
-    st['tokens_per_round'] = (st['accepted'] + st['row_rounds']) / st['row_rounds'] if st['row_rounds'] else None
-    tp = st['t_parts']
-    st['t_propose'], st['t_verify'] = tp['propose'], tp['verify'] + tp['decide']
-    st['t_host'] = st['t_total'] - st['t_propose'] - st['t_verify']
-    return st
 
 # %% ../nbs/05_greedy.ipynb #69178f65
 class ConstantProposer(Proposer):

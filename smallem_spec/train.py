@@ -89,12 +89,50 @@ def evaluate(model:Smallem, data:TokenData, seq_len:int=256, windows:int|None=No
     if model.mtp is not None: out.update(mtp_loss=tot['mtp'] / n, mtp_acc=tot['acc'] / n)
     return out
 
-# %% ../nbs/03_train.ipynb #9dccfaf9
+# %% ../nbs/03_train.ipynb #9d063bcd
 def default_device(): return 'cuda' if torch.cuda.is_available() else 'cpu'
 
+def _save_state(path:Path, run:dict, model, opt, g, step:int, hist:list, seconds:float):
+    "Everything a run needs to go on: weights, optimiser, the next step, the data generator's and torch's RNG states, the curve so far."
+    tmp = path.with_name(path.name + '.tmp')
+    torch.save(dict(run, model=model.state_dict(), opt=opt.state_dict(), step=step, g=g.get_state(), rng=torch.get_rng_state(),
+                    hist=hist, seconds=seconds), tmp)
+    tmp.replace(path)                                   # a run killed while saving keeps its previous state
+
+def _load_state(path:Path, run:dict, model, opt, g) -> tuple[int, list, float]:
+    "Restore a run saved by `_save_state`; refuses a state saved by another run."
+    st = torch.load(path, weights_only=False)
+    if {k: st.get(k) for k in run} != run:
+        raise SmallemError(f"{path} was saved by another run ({st.get('preset')}/{st.get('name')}, {st.get('train_config', {}).get('steps')} steps); remove it or change --out")
+    model.load_state_dict(st['model']); opt.load_state_dict(st['opt']); g.set_state(st['g']); torch.set_rng_state(st['rng'])
+    return st['step'], st['hist'], st['seconds']
+
+# %% ../nbs/03_train.ipynb #98dd55a0
+def _train_step(model, opt, data, tc, g, device, amp, step:int) -> float:
+    "One optimisation step at `step`'s learning rate; returns the main loss."
+    for grp in opt.param_groups: grp['lr'] = lr_at(step, tc)
+    x = train_batch(data, tc, g, device)
+    with amp: main, mtp, _ = losses(model, x)
+    loss = main + tc.mtp_weight * mtp if mtp is not None else main
+    opt.zero_grad(set_to_none=True); loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip); opt.step()
+    return main.item()
+
+def _record(model, data, tc, preset, name, steps, seconds, device, amp, hist) -> dict:
+    "The training record of a finished run: its evaluation on the whole validation text, its configuration and its curve."
+    model.eval()
+    with amp: final = evaluate(model, data, tc.seq_len)
+    return {'preset': preset, 'name': name, 'steps': steps, 'tokens_seen': steps * tc.batch_size * tc.seq_len,
+            'train_seconds': round(seconds, 1), 'device': device, 'train_config': asdict(tc),
+            'val': {k: round(v, 4) if isinstance(v, float) else v for k, v in final.items()}, 'history': hist}
+
+# %% ../nbs/03_train.ipynb #9dccfaf9
 def train_model(preset:str|None=None, name:str='target', tc:TrainConfig|None=None, minutes:float|None=None,
-                device=None, progress:bool=True, data:TokenData|None=None) -> tuple[Smallem, dict]:
-    "Train model `name` of a preset's family; returns the model and its training record."
+                device=None, progress:bool=True, data:TokenData|None=None,
+                state:Path|None=None,        # resumable: the run saves itself here at every evaluation and when it stops, and goes on from it
+                until:int|None=None          # with `state`: stop after this many steps in all (a test's way to interrupt a run)
+               ) -> tuple[Smallem|None, dict]:
+    "Train model `name` of a preset's family; returns the model and its training record (the model is None for a resumable run stopped early)."
     preset = preset_name(preset); tc = tc or TRAIN_PRESETS[preset]; device = device or default_device()
     cfg = model_config(preset, name); data = data or load_tokens(preset)
     torch.manual_seed(tc.seed); g = torch.Generator().manual_seed(tc.seed)
@@ -102,30 +140,26 @@ def train_model(preset:str|None=None, name:str='target', tc:TrainConfig|None=Non
     decay = [p for p in model.parameters() if p.dim() >= 2]; other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{'params': decay, 'weight_decay': tc.weight_decay}, {'params': other, 'weight_decay': 0.}],
                             lr=tc.lr, betas=(0.9, 0.95), fused=device == 'cuda')
+    run = {'preset': preset, 'name': name, 'train_config': asdict(tc)}
+    start, hist, before = _load_state(state, run, model, opt, g) if state is not None and Path(state).exists() else (0, [], 0.)
     amp = torch.autocast('cuda', dtype=torch.bfloat16) if device == 'cuda' else torch.autocast('cpu', enabled=False)
-    hist, t0, step = [], time.time(), 0
-    bar = tqdm(range(tc.steps), desc=f'{preset}/{name}', disable=not progress, mininterval=2)
+    t0, step = time.time(), start - 1
+    bar = tqdm(range(start, tc.steps), initial=start, total=tc.steps, desc=f'{preset}/{name}', disable=not progress, mininterval=2)
     for step in bar:
-        for grp in opt.param_groups: grp['lr'] = lr_at(step, tc)
-        x = train_batch(data, tc, g, device)
-        with amp: main, mtp, _ = losses(model, x)
-        loss = main + tc.mtp_weight * mtp if mtp is not None else main
-        opt.zero_grad(set_to_none=True); loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip); opt.step()
+        main = _train_step(model, opt, data, tc, g, device, amp, step)
         el = time.time() - t0
-        bar.set_postfix(loss=f'{main.item():.3f}', tok_s=f'{(step + 1) * tc.batch_size * tc.seq_len / el:,.0f}', refresh=False)
-        last = step == tc.steps - 1 or (minutes is not None and el > minutes * 60)
-        if (step + 1) % tc.eval_every == 0 or last:
+        bar.set_postfix(loss=f'{main:.3f}', tok_s=f'{(step + 1 - start) * tc.batch_size * tc.seq_len / el:,.0f}', refresh=False)
+        stop = (minutes is not None and el > minutes * 60) or (until is not None and step + 1 >= until)
+        if (step + 1) % tc.eval_every == 0 or step == tc.steps - 1 or (stop and state is None):
             with amp: ev = evaluate(model, data, tc.seq_len, tc.eval_windows)
-            hist.append({'step': step + 1, 'train_loss': round(main.item(), 4), 'val_nats_per_byte': round(ev['nats_per_byte'], 4)})
-        if last: break
-    steps = step + 1
-    model.eval()
-    with amp: final = evaluate(model, data, tc.seq_len)
-    record = {'preset': preset, 'name': name, 'steps': steps, 'tokens_seen': steps * tc.batch_size * tc.seq_len,
-              'train_seconds': round(time.time() - t0, 1), 'device': device, 'train_config': asdict(tc),
-              'val': {k: round(v, 4) if isinstance(v, float) else v for k, v in final.items()}, 'history': hist}
-    return model, record
+            hist.append({'step': step + 1, 'train_loss': round(main, 4), 'val_nats_per_byte': round(ev['nats_per_byte'], 4)})
+            if state is not None: _save_state(Path(state), run, model, opt, g, step + 1, hist, before + time.time() - t0)
+        if stop and step < tc.steps - 1:
+            if state is not None:                      # a resumable run stops here and goes on later
+                _save_state(Path(state), run, model, opt, g, step + 1, hist, before + time.time() - t0)
+                return None, {'preset': preset, 'name': name, 'steps': step + 1, 'of': tc.steps, 'finished': False}
+            break
+    return model, _record(model, data, tc, preset, name, step + 1, before + time.time() - t0, device, amp, hist)
 
 # %% ../nbs/03_train.ipynb #ccfebaa0
 def _sha256(path:Path) -> str:
@@ -200,6 +234,7 @@ def train_cli(argv=None):
     p.add_argument('--minutes', type=float, default=None, help='stop after this many minutes')
     p.add_argument('--out', default=None, help='output folder (default: the cache directory)')
     p.add_argument('--dtype', default='float16', choices=['float16', 'float32'], help='dtype of the saved weights')
+    p.add_argument('--resume', action='store_true', help='save the run as it goes (NAME.state.pt in the output folder, at every evaluation and when --minutes runs out) and go on from it; the model is written when its run is finished')
     a = p.parse_args(argv)
     try:
         preset = preset_name(a.preset)
@@ -211,10 +246,16 @@ def train_cli(argv=None):
         out = Path(a.out) if a.out else smallem_home()/preset
         tc = TRAIN_PRESETS[preset] if a.steps is None else replace(TRAIN_PRESETS[preset], steps=a.steps)
         data = load_tokens(preset); th = tokenizer_hash(load_tokenizer(preset))
+        out.mkdir(parents=True, exist_ok=True)
         for n in names:
-            model, rec = train_model(preset, n, tc, a.minutes, data=data)
-            cmd = f"smallem_train --preset {preset} --name {n} --steps {tc.steps}" + (f" --minutes {a.minutes}" if a.minutes else "") + f" --out {a.out or out}"
+            st = out/f'{n}.state.pt' if a.resume else None
+            model, rec = train_model(preset, n, tc, a.minutes, data=data, state=st)
+            if model is None:
+                print(f"{n}: stopped after step {rec['steps']} of {rec['of']}; the same command goes on from {st}", flush=True); continue
+            cmd = (f"smallem_train --preset {preset} --name {n} --steps {tc.steps}" + (f" --minutes {a.minutes}" if a.minutes else "")
+                   + (" --resume" if a.resume else "") + f" --out {a.out or out}")
             save_checkpoint(model, out, n, rec, th, getattr(torch, a.dtype), cmd)
+            if st is not None and st.exists(): st.unlink()       # the run is finished: its checkpoint replaces its state
             v = rec['val']
             print(f"{n}: {rec['steps']} steps, {rec['train_seconds']/60:.1f} min, validation {v['nats_per_byte']:.4f} nats/byte"
                   + (f", MTP top-1 {v['mtp_acc']:.3f}" if 'mtp_acc' in v else '') + f" -> {out/n}.safetensors", flush=True)

@@ -1,0 +1,42 @@
+"""Resumable training: a tiny run interrupted half-way and resumed from its saved state ends with exactly the weights,
+optimiser moments and curve of the same run uninterrupted; a state saved by another run is refused; the command
+writes no model until its run is finished."""
+import subprocess, sys
+from dataclasses import replace
+import pytest, torch
+from smallem_spec.core import SmallemError
+from smallem_spec.train import train_model, TRAIN_PRESETS
+
+TC = replace(TRAIN_PRESETS['tiny'], steps=12, eval_every=4, eval_windows=2)
+
+def test_resumed_run_equals_uninterrupted(tmp_path):
+    whole, rec = train_model('tiny', 'target', TC, progress=False)
+    st = tmp_path/'target.state.pt'
+    none, part = train_model('tiny', 'target', TC, progress=False, state=st, until=6)       # stops after step 6 (between evaluations)
+    assert none is None and part == {'preset': 'tiny', 'name': 'target', 'steps': 6, 'of': 12, 'finished': False} and st.exists()
+    resumed, rec2 = train_model('tiny', 'target', TC, progress=False, state=st)
+    a, b = whole.state_dict(), resumed.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run's"
+    assert rec2['history'] == rec['history'] and rec2['val'] == rec['val'] and rec2['steps'] == 12
+
+def test_interruption_is_not_a_no_op(tmp_path):
+    "The control: without its optimiser state, the same interruption gives other weights (so equality above is not trivial)."
+    st = tmp_path/'target.state.pt'
+    train_model('tiny', 'target', TC, progress=False, state=st, until=6)
+    s = torch.load(st, weights_only=False); s['opt']['state'] = {}; torch.save(s, st)   # the optimiser's moments forgotten
+    whole, _ = train_model('tiny', 'target', TC, progress=False)
+    resumed, _ = train_model('tiny', 'target', TC, progress=False, state=st)
+    assert not all(torch.equal(x, y) for x, y in zip(whole.state_dict().values(), resumed.state_dict().values()))
+
+def test_state_of_another_run_is_refused(tmp_path):
+    st = tmp_path/'target.state.pt'
+    train_model('tiny', 'target', TC, progress=False, state=st, until=2)
+    with pytest.raises(SmallemError, match='another run'): train_model('tiny', 'draft2', TC, progress=False, state=st)
+    with pytest.raises(SmallemError, match='another run'): train_model('tiny', 'target', replace(TC, steps=20), progress=False, state=st)
+
+def test_command_writes_the_model_only_when_finished(tmp_path):
+    cmd = [sys.executable, '-c', 'from smallem_spec.train import train_cli; train_cli()', '--preset', 'tiny', '--name', 'draft2',
+           '--steps', '4000', '--minutes', '0.002', '--resume', '--out', str(tmp_path)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0 and 'stopped after step' in r.stdout, r.stdout + r.stderr
+    assert (tmp_path/'draft2.state.pt').exists() and not (tmp_path/'draft2.safetensors').exists()
