@@ -116,12 +116,12 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
     return dict(seconds=secs, tokens=sum(len(t) for t in texts), texts=texts, passes=passes, row_slots=slots, stats=agg)
 
 # %% ../nbs/10_bench.ipynb #b7c35fc5
-def _predict(alphas, ks_used, c, v, t_step, h, s=None, occupancy:float=1.0, t_unit=None, t1=None, c0:float=0.0):
-    "occupancy · E(α_1..α_k) · t_step / (v(k)·t_unit + (c0 + k·c + s(k))·t1 + h), summed over the rounds' k (k = 0: a plain step, one token for t_step + h)."
+def _predict(alphas, ks_used, c, v, t_step, host, s=None, occupancy:float=1.0, t_unit=None, t1=None, c0:float=0.0):
+    "occupancy · E(α_1..α_k) · t_step / (v(k)·t_unit + (c0 + k·c + s(k))·t1 + host), summed over the rounds' k (k = 0: a plain step, one token for t_step + host)."
     if not ks_used: return None
     t_unit = t_unit or t_step; t1 = t1 or t_unit
     num = sum(expected_tokens_pos(alphas[:k]) if k else 1.0 for k in ks_used) * t_step * occupancy
-    den = sum((v[k] * t_unit + (c0 + k * c + (s[k] if s else 0.0)) * t1 if k else t_step) + h for k in ks_used)
+    den = sum((v[k] * t_unit + (c0 + k * c + (s[k] if s else 0.0)) * t1 if k else t_step) + host for k in ks_used)
     return num / den
 
 # %% ../nbs/10_bench.ipynb #9abaaae6
@@ -173,11 +173,11 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
         t_step = base['seconds'] / base['passes']                  # a plain step, loop and prefill included
         g0 = raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)])[-1][0]
         t_unit = g0['seconds'] / g0['passes']                      # the same without sampling: the unit passes are priced in
-        h = st.t_host / st.rounds                                  # host time per round, measured in the run
+        host = st.t_host / st.rounds                               # host time per round, measured in the run
         occ = st.row_rounds / last['row_slots']                    # < 1 at batch > 1: the batch waits for its slowest row
-        pred = _predict(alphas, st.k_used, c, cst['v'], t_step, h, cst['s_lookup' if p == 'ngram' else 's'][T], occ, t_unit, cst['t1'], c0)
+        pred = _predict(alphas, st.k_used, c, cst['v'], t_step, host, cst['s_lookup' if p == 'ngram' else 's'][T], occ, t_unit, cst['t1'], c0)
         row.update(alpha_per_position=[round(a, 4) if n else None for a, n in zip(alphas, pp)],
-                   host_per_round=round(h / cst['t1'], 3), occupancy=round(occ, 3), t_step_ms=round(t_step * 1e3, 4), t_unit_ms=round(t_unit * 1e3, 4),
+                   host_per_round=round(host / cst['t1'], 3), occupancy=round(occ, 3), t_step_ms=round(t_step * 1e3, 4), t_unit_ms=round(t_unit * 1e3, 4),
                    tokens_per_round=round(st.tokens_per_round, 3),
                    predicted_speedup=round(pred, 3), c=round(c, 3), c0=round(c0, 3), mean_k=round(statistics.mean(st.k_used), 2),
                    identical=(last['texts'] == raw[('none', 0, T, B)][-1][0]['texts']) if T == 0 else None)

@@ -53,11 +53,13 @@ class PagedKVCache:
                  device=None, dtype=torch.float32):
         if n_pages < 1 or page_size < 1: raise SmallemError(f"need n_pages >= 1 and page_size >= 1 (got {n_pages}, {page_size})")
         self.n_layers, self.page_size, self.n_pages, self.max_len = n_layers, page_size, n_pages, max_len
-        shape = (n_layers, (n_pages + 1) * page_size, n_heads, head_dim)   # +1: the scratch page 0
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self._alloc((n_layers, (n_pages + 1) * page_size, n_heads, head_dim), device, dtype)   # +1: the scratch page 0
         self.free_pages = list(range(n_pages, 0, -1))                       # a stack; pop() gives 1, 2, ...
         self.pages, self.lens, self._next = {}, {}, 0
+
+    def _alloc(self, shape, device, dtype):
+        "The storage: keys and values of every slot as two [n_layers, slots, H, hd] tensors (a subclass may lay them out otherwise)."
+        self.k, self.v = torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype)
 
     @property
     def device(self): return self.k.device

@@ -30,9 +30,9 @@ def round_cost(k:int, c:float, v) -> float:
     "Cost of a round in target passes: k·c + v(k); v is a number or a function of k."
     return k * c + (v(k) if callable(v) else v)
 
-def predicted_speedup(alphas:list[float], c:float, v, h:float=0.0) -> float:
-    "E(k) / (k·c + v(k) + h) with k = len(alphas); h is any per-round overhead, in target passes."
-    return expected_tokens_pos(alphas) / (round_cost(len(alphas), c, v) + h)
+def predicted_speedup(alphas:list[float], c:float, v, host:float=0.0) -> float:
+    "E(k) / (k·c + v(k) + host) with k = len(alphas); `host` is any per-round overhead, in target passes."
+    return expected_tokens_pos(alphas) / (round_cost(len(alphas), c, v) + host)
 
 def alpha_for(tokens_per_round:float, k:int) -> float:
     "The single α that gives `tokens_per_round` at k (bisection)."
@@ -49,17 +49,17 @@ def measure_v(model, kmax:int=8, context:int=200, reps:int=30) -> dict:
     return {'t1': t[1], 'v': {k: t[k + 1] / t[1] for k in range(kmax + 1)}}
 
 # %% ../nbs/09_cost_model.ipynb #17b5f678
-def best_k(alphas:list[float], c:float, v, h:float=0.0) -> tuple[int, float]:
+def best_k(alphas:list[float], c:float, v, host:float=0.0) -> tuple[int, float]:
     "The k in 1..len(alphas) with the largest predicted speed-up, and that speed-up."
     if not alphas: raise SmallemError("need acceptance rates for at least one position")
-    s = {k: predicted_speedup(alphas[:k], c, v, h) for k in range(1, len(alphas) + 1)}
+    s = {k: predicted_speedup(alphas[:k], c, v, host) for k in range(1, len(alphas) + 1)}
     k = max(s, key=s.get)
     return k, s[k]
 
 # %% ../nbs/09_cost_model.ipynb #98b9bead
 class AdaptiveK:
     "Pick k each round from decayed per-position acceptance and what rounds cost in the loop; k = 0 (plain steps) where no k pays."
-    def __init__(self, kmax:int, c:float, v, h:float=0.0, decay:float=0.957, prior:float=2.0, k0:int=2,
+    def __init__(self, kmax:int, c:float, v, host:float=0.0, decay:float=0.957, prior:float=2.0, k0:int=2,
                  timed:bool=True,          # time rounds with the loop's clock and price each k by what it cost there
                  probe_every:int=16,       # plain steps before speculating again (times `backoff` after each probe that fails, up to 64 times)
                  probe_rounds:int=6,       # speculative rounds a probe lasts (its first pays the proposer's catch-up and is not timed)
@@ -67,7 +67,7 @@ class AdaptiveK:
                  margin:float=0.02,        # speculate only where a k is predicted to beat plain steps by this much
                  backoff:int=2):           # how much longer each stretch of plain steps is than the last, after a probe that failed
         if kmax < 1: raise SmallemError(f"kmax must be >= 1 (got {kmax})")
-        self.kmax, self.c, self.v, self.h, self.decay, self.prior = kmax, c, v, h, decay, prior
+        self.kmax, self.c, self.v, self.host, self.decay, self.prior = kmax, c, v, host, decay, prior
         self.acc, self.seen = [0.0] * kmax, [0.0] * kmax
         self.k, self.steps, self.timed, self.plain_every, self.margin, self.backoff = min(k0, kmax), 1, timed, plain_every, margin, backoff
         self.probe_every, self.probe_rounds, self.stretch, self._burst = probe_every, probe_rounds, probe_every, 0
@@ -81,8 +81,8 @@ class AdaptiveK:
             prev = (a + self.prior * prev) / (s + self.prior); out.append(prev)
         return out
     def cost(self, k:int) -> float:
-        "A round at k in plain steps: as measured in the loop where k has run, else k c + v(k) + h."
-        return self.costs.get(k, round_cost(k, self.c, self.v) + self.h)
+        "A round at k in plain steps: as measured in the loop where k has run, else k c + v(k) + host."
+        return self.costs.get(k, round_cost(k, self.c, self.v) + self.host)
     def gains(self) -> dict:
         "Predicted speed-up of each k: expected tokens over cost."
         a = self.alphas()
@@ -124,7 +124,7 @@ def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=
         self.costs[k] = cost if k not in self.costs else 0.8 * self.costs[k] + 0.2 * cost
         self.timed_rounds[k] = self.timed_rounds.get(k, 0) + 1
         self._hs = (self._hs + [cost - round_cost(k, self.c, self.v)])[-9:]
-        self.h = sorted(self._hs)[len(self._hs) // 2]    # for the k not yet run: the median excess over k c + v(k)
+        self.host = sorted(self._hs)[len(self._hs) // 2]    # for the k not yet run: the median excess over k c + v(k)
     self.acc = [a * self.decay for a in self.acc]; self.seen = [s * self.decay for s in self.seen]
     for n, kb in zip(n_accepted, ks):
         for j in range(min(n + 1, kb)):
@@ -133,7 +133,7 @@ def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=
 
 # %% ../nbs/09_cost_model.ipynb #ad939dc8
 @patch
-def __repr__(self:AdaptiveK): return f"AdaptiveK(kmax={self.kmax}, c={self.c:.2f}, h={self.h:.2f}, k={self.k})"
+def __repr__(self:AdaptiveK): return f"AdaptiveK(kmax={self.kmax}, c={self.c:.2f}, host={self.host:.2f}, k={self.k})"
 
 # %% ../nbs/09_cost_model.ipynb #14d231eb
 class HeuristicK:

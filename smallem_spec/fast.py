@@ -38,17 +38,13 @@ def machine_rates(mb:int=1024, model_mb:int=17, reps:int=5, device='cpu') -> dic
 # %% ../nbs/12_fast_path.ipynb #346f3298
 class FastKVCache(PagedKVCache):
     "A paged cache whose K and V rows of a slot sit side by side in one [n_layers, slots, 2·H·hd] tensor."
-    def __init__(self, n_layers:int, n_heads:int, head_dim:int, n_pages:int, page_size:int, max_len:int, device=None, dtype=torch.float32,
-                 pool:torch.Tensor|None=None):   # pool: storage shared with earlier caches (the captured graphs' buffer)
-        if n_pages < 1 or page_size < 1: raise SmallemError(f"need n_pages >= 1 and page_size >= 1 (got {n_pages}, {page_size})")
-        self.n_layers, self.page_size, self.n_pages, self.max_len = n_layers, page_size, n_pages, max_len
-        self.pool = pool
-        self.kv = (torch.zeros(n_layers, (n_pages + 1) * page_size, 2 * n_heads * head_dim, device=device, dtype=dtype)
-                   if pool is None else pool[:, :(n_pages + 1) * page_size])
-        v5 = self.kv.view(n_layers, -1, 2, n_heads, head_dim)
-        self.k, self.v = v5[:, :, 0], v5[:, :, 1]          # views, so the reference tools still read it
-        self.free_pages = list(range(n_pages, 0, -1))
-        self.pages, self.lens, self._next = {}, {}, 0
+    def __init__(self, *args, pool:torch.Tensor|None=None, **kw):   # pool: storage shared with earlier caches (the captured graphs' buffer)
+        self.pool = pool; super().__init__(*args, **kw)                # the page bookkeeping is the parent's; only the storage differs
+    def _alloc(self, shape, device, dtype):
+        L, S, H, hd = shape
+        self.kv = torch.zeros(L, S, 2 * H * hd, device=device, dtype=dtype) if self.pool is None else self.pool[:, :S]
+        v5 = self.kv.view(L, -1, 2, H, hd)
+        self.k, self.v = v5[:, :, 0], v5[:, :, 1]                      # views, so the reference tools still read it
 
 # %% ../nbs/12_fast_path.ipynb #6e8706ae
 def _blocks(x:torch.Tensor, W:List[torch.Tensor], kv:torch.Tensor, f:torch.Tensor, write:torch.Tensor,
@@ -93,7 +89,7 @@ class FastSmallem:
         self.manifest = getattr(model, 'manifest', None)
         D, H, hd = c.dim, c.n_heads, c.head_dim
         dev, dt = model.device, model.tok_emb.weight.dtype
-        self.c = math.sqrt(D * c.norm_eps)
+        self.eps_col = math.sqrt(D * c.norm_eps)
         perm = _interleave(H, hd).to(dev)
         self._fold(model, perm, dev, dt)
         self.blocks = scripted_blocks() if script else _blocks
@@ -124,7 +120,7 @@ def _fold(self:FastSmallem, model:Smallem, perm:torch.Tensor, dev, dt):
                 torch.cat([b.ffn.w2.weight.detach().t(), zc(c.ffn_dim)], 1).contiguous()]
     with torch.no_grad():
         E = model.tok_emb.weight.detach()
-        self.emb = torch.cat([E, torch.full((c.vocab_size, 1), self.c, device=dev, dtype=dt)], 1).contiguous()
+        self.emb = torch.cat([E, torch.full((c.vocab_size, 1), self.eps_col, device=dev, dtype=dt)], 1).contiguous()
         self.W = [w for b in model.layers for w in block(b)]
         self.headT = normed(E.t(), model.norm.weight.detach())
         self.freqs = torch.complex(model.cos[:, :hd // 2], model.sin[:, :hd // 2]).to(dev)
@@ -254,11 +250,11 @@ def _main(self:FastSmallem, tokens, kv, plan, B, T):   # -> logits [B, T, V], hi
 @patch
 def _mtp(self:FastSmallem, h, next_tokens, kv, plan, B, T):   # -> logits [B, T, V], state [B, T, D]
     m = self.mtp
-    hx = torch.cat([h.reshape(B * T, -1), torch.full((B * T, 1), self.c, device=h.device, dtype=h.dtype)], 1)
+    hx = torch.cat([h.reshape(B * T, -1), torch.full((B * T, 1), self.eps_col, device=h.device, dtype=h.dtype)], 1)
     e = F.embedding(next_tokens.reshape(-1), self.emb)
     x = (torch.mm(hx, m['Ph']).div_(torch.linalg.vector_norm(hx, dim=-1, keepdim=True))
          + torch.mm(e, m['Pe']).div_(torch.linalg.vector_norm(e, dim=-1, keepdim=True)))
-    x = self._run(torch.cat([x, x.new_full((B * T, 1), self.c)], 1), m['W'], kv, plan, B, T)
+    x = self._run(torch.cat([x, x.new_full((B * T, 1), self.eps_col)], 1), m['W'], kv, plan, B, T)
     logits = torch.mm(x, m['headT']).div_(torch.linalg.vector_norm(x, dim=-1, keepdim=True)).view(B, T, -1)
     return logits, x[:, :self.cfg.dim].reshape(B, T, -1)
 

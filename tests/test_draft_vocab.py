@@ -72,3 +72,12 @@ def test_bad_vocabularies_and_names(fast):
     for name in ('mtp_v', 'ngram_v64', 'draft3', 'mtp_vx', 'mtp_v0'):
         with pytest.raises(SmallemError, match='unknown proposer'): parse_proposer(name)
     assert parse_proposer('mtp_v1024') == ('mtp', 1024) and parse_proposer('draft2') == ('draft2', None)
+
+def test_end_to_end_draft2_with_a_draft_vocabulary(fast, prompts):
+    "The same test for draft2 restricted to 1,024 tokens, with both controls (every proposal accepted; plain draft2)."
+    t = fast['target']; mk = lambda: make_proposer('draft2_v1024', t, {'draft2': fast['draft2']}, 'cpu')
+    r = e2e_test(t, mk, prompts[0], 4000, seed=5)
+    assert r['stat'] < r['threshold'], f"speculative vs plain: chi2 {r['stat']:.1f} >= {r['threshold']:.1f}"
+    for mode in ('accept', 'draft'):
+        r = e2e_test(t, mk, prompts[0], 4000, seed=5, mode=mode)
+        assert r['stat'] > r['threshold'], f"negative control ({mode}) not rejected"
