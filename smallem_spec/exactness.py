@@ -57,15 +57,19 @@ def _toy_rows(a, row):
         worst = max(res, key=lambda x: x['stat'] / x['threshold'])   # the position closest to (or furthest past) rejection
         row(f"{name}, worst of {len(res)} positions (pos {worst['position']})", worst['stat'], worst['threshold'], worst['pvalue'], exp)
 
-def _e2e_rows(a, row, fail):
-    "The trained models: the proposer named by `a.proposer` against plain sampling, with the controls and the power check."
+def _e2e_setup(a, fail):
+    "The trained target (fast path unless --reference) and a maker of the proposer named by --proposer, built once to check it."
     try:
         base = parse_proposer(a.proposer)[0]
         preset = preset_name(a.preset); wrap = (lambda m: m) if a.reference else FastSmallem
         target = wrap(load_or_train(preset, 'target'))
         models = {base: wrap(load_or_train(preset, base))} if base in ('draft2', 'draft4') else {}
-        mk = lambda: make_proposer(a.proposer, target, models, preset)
+        mk = lambda: make_proposer(a.proposer, target, models, preset); mk()
     except (SmallemError, ImportError) as e: fail(f"smallem_exactness: error: {e}\n")
+    return target, mk, preset, base
+
+def _e2e_rows(a, row, target, mk, preset, base):
+    "The proposer against plain sampling on the trained models, with the controls and the power check."
     prompt, path = validation_prompts(preset, n=1)[0], 'reference' if a.reference else 'fast path'
     for mode, exp in [('speculative', True), ('accept', False)] + ([('draft', False)] if base in ('draft2', 'draft4') else []) + [('biased', None)]:
         r = e2e_test(target, mk, prompt, a.e2e, seed=a.seed, mode=mode)
@@ -91,8 +95,9 @@ def exactness_cli(argv=None):
     def row(name, stat, thr, pv, expect_pass):   # expect_pass None: a power check, reported, not counted
         ok = stat < thr
         rows.append((name, stat, thr, pv, 'pass' if ok else 'REJECT', None if expect_pass is None else ok == expect_pass))
+    setup = _e2e_setup(a, lambda msg: p.exit(2, msg)) if a.e2e else None     # a bad proposer or preset fails before any test runs
     _toy_rows(a, row)
-    if a.e2e: _e2e_rows(a, row, lambda msg: p.exit(2, msg))
+    if setup: _e2e_rows(a, row, *setup)
     w = max(len(r[0]) for r in rows)
     print(f"{'test':{w}s}  {'chi2':>12s}  {'threshold':>9s}  {'p-value':>9s}  verdict  expected")
     for name, stat, thr, pv, verdict, good in rows:

@@ -447,12 +447,14 @@ class FusedPass:
     def draft_head(self, vocab:torch.Tensor, mtp:bool=False):
         "The head restricted to a draft vocabulary (sorted token ids, a multiple of 32 of them), packed once: (ids, packed head)."
         d = self.mtp if mtp else self.main
-        key = (vocab.data_ptr(), vocab.numel())      # the entry keeps `vocab` alive, so its address names it
+        ids = vocab.to('cpu', torch.long).contiguous()
+        key = ids.numpy().tobytes()                   # named by its contents (a few µs), not by where it lives
         if key not in d['heads']:
+            if ids.dim() != 1 or not len(ids) or not (ids.diff() > 0).all() or ids[0] < 0 or ids[-1] >= self.cfg.vocab_size:
+                raise SmallemError(f"a draft vocabulary must be increasing token ids in [0, {self.cfg.vocab_size})")
             if len(d['heads']) >= 8: d['heads'].pop(next(iter(d['heads'])))   # a few vocabularies at a time
-            ids = vocab.to('cpu', torch.long).contiguous()
-            d['heads'][key] = (vocab, ids, pack_panels(d['E'][ids].t()))
-        return d['heads'][key][1:]
+            d['heads'][key] = (ids, pack_panels(d['E'][ids].t()))
+        return d['heads'][key]
 
 # %% ../nbs/12a_fused_cpu.ipynb #1220b106
 @patch

@@ -102,7 +102,7 @@ def parse_proposer(name:str) -> tuple[str, int|None]:
 def make_proposer(name:str, target, models:dict, preset:str|None=None):
     "A fresh proposer by name (`models` holds the drafters by their base name)."
     base, size = parse_proposer(name)
-    vocab = None if size is None else draft_vocab(preset or target.manifest['preset'], size)
+    vocab = None if size is None else draft_vocab(preset or (getattr(target, 'manifest', None) or {}).get('preset'), size)
     if base in ('draft2', 'draft4'): return DraftProposer(models[base], vocab=vocab)
     if base == 'mtp': return MTPProposer(target, vocab=vocab)
     return NGramProposer(3, target.cfg.vocab_size)

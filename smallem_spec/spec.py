@@ -33,7 +33,8 @@ class Proposer:
 def draft_mask(vocab, V:int, device):
     "A proposer's draft vocabulary checked: (sorted ids as a LongTensor, additive mask [V]: 0 on it, -inf off it), or (None, None)."
     if vocab is None: return None, None
-    ids = torch.as_tensor(vocab)
+    try: ids = torch.as_tensor(vocab)
+    except (TypeError, ValueError, RuntimeError): raise SmallemError(f"a draft vocabulary must be increasing token ids in [0, {V}) (got {type(vocab).__name__})") from None
     if ids.dim() != 1 or ids.dtype not in (torch.int64, torch.int32) or not len(ids) or not (ids.diff() > 0).all() or ids[0] < 0 or ids[-1] >= V:
         raise SmallemError(f"a draft vocabulary must be increasing token ids in [0, {V}) (got {len(ids.reshape(-1))} ids)")
     ids = ids.to(device, torch.long); mask = torch.full((V,), float('-inf'), device=device); mask[ids] = 0.

@@ -15,7 +15,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 from .core import SmallemError, preset_name, preset_dirs, smallem_home
-from .corpus import load_tokens, load_tokenizer, tokenizer_hash, token_ranking, TokenData
+from .corpus import load_tokens, load_tokenizer, tokenizer_hash, token_ranking_file, TokenData
 from .model import Smallem, model_config, MODEL_NAMES
 
 # %% auto #0
@@ -101,7 +101,8 @@ def _save_state(path:Path, run:dict, model, opt, g, step:int, hist:list, seconds
 
 def _load_state(path:Path, run:dict, model, opt, g) -> tuple[int, list, float]:
     "Restore a run saved by `_save_state`; refuses a state saved by another run."
-    st = torch.load(path, weights_only=False)
+    try: st = torch.load(path, map_location='cpu', weights_only=False)   # a state saved on a GPU resumes on a CPU too
+    except Exception as e: raise SmallemError(f"cannot read the saved run {path}: {e}; remove it to start over") from None
     if {k: st.get(k) for k in run} != run:
         raise SmallemError(f"{path} was saved by another run ({st.get('preset')}/{st.get('name')}, {st.get('train_config', {}).get('steps')} steps); remove it or change --out")
     model.load_state_dict(st['model']); opt.load_state_dict(st['opt']); g.set_state(st['g']); torch.set_rng_state(st['rng'])
@@ -173,9 +174,8 @@ def save_checkpoint(model:Smallem, out:Path, name:str, record:dict, tok_hash:str
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     w = out/f'{name}.safetensors'
     save_file({k: v.detach().to('cpu', dtype).contiguous() for k, v in model.state_dict().items()}, str(w))
-    rk = out/'token_ranking.json'                   # the draft vocabularies' ranking (00_corpus), kept beside the models
-    if not rk.exists():
-        token_ranking(record['preset']); rk.write_text(next(f for d in preset_dirs(record['preset']) if (f := d/'token_ranking.json').exists()).read_text())
+    rk, src = out/'token_ranking.json', token_ranking_file(record['preset'])   # the draft vocabularies' ranking (00_corpus), kept beside the models
+    if rk.resolve() != src.resolve(): rk.write_text(src.read_text())
     man = {'name': name, 'config': model.cfg.to_dict(), 'tokenizer_hash': tok_hash, 'weights_sha256': _sha256(w), 'token_ranking_sha256': _sha256(rk),
            'dtype': str(dtype).replace('torch.', ''), 'n_params': model.n_params(),
            'command': command or f"smallem_train --preset {record['preset']} --name {name} --steps {record['steps']} --out {out}",

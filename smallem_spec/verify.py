@@ -50,7 +50,8 @@ def check_verify_shapes(target:torch.Tensor, draft_tokens:torch.Tensor, draft_pr
 def check_n_proposed(n_proposed, B:int, k:int):
     "None, or per-row counts of proposals in [0, k] as a LongTensor [B]."
     if n_proposed is None: return None
-    n = torch.as_tensor(n_proposed)
+    try: n = torch.as_tensor(n_proposed)
+    except (TypeError, ValueError, RuntimeError): raise SmallemError(f"n_proposed must be {B} integers in [0, {k}] (got {n_proposed!r})") from None
     if n.shape != (B,) or n.dtype not in (torch.int64, torch.int32) or (n < 0).any() or (n > k).any():
         raise SmallemError(f"n_proposed must be {B} integers in [0, {k}] (got {n_proposed!r})")
     return n.long()

@@ -52,7 +52,7 @@ def test_restricted_head_equals_masked_logits(cpu_models, fast, prompts, who, T)
 
 def test_greedy_identity_with_a_draft_vocabulary(fast, prompts):
     t = fast['target']; plain = generate(t, prompts[:4], 80)
-    for name in ('mtp_v256', 'draft2_v1024', 'draft4_v512'):
+    for name in ('mtp_v256', 'draft2_v1024', 'draft4_v512', 'mtp_v100'):   # 100: not a multiple of 32, the masked path
         assert speculative_generate(t, make_proposer(name, t, {'draft2': fast['draft2'], 'draft4': fast['draft4']}, 'cpu'), prompts[:4], 80, 3)[0] == plain, name
 
 def test_end_to_end_mtp_with_a_draft_vocabulary(fast, prompts):
@@ -69,6 +69,8 @@ def test_bad_vocabularies_and_names(fast):
                      (torch.tensor([[1, 2]]), 'increasing'), (torch.tensor([0.5, 1.5]), 'increasing')]:
         with pytest.raises(SmallemError, match=msg): MTPProposer(t, vocab=bad)
     with pytest.raises(SmallemError, match='draft vocabulary size'): draft_vocab('cpu', 5000)
+    with pytest.raises(SmallemError, match='increasing'): MTPProposer(t, vocab='x')
+    with pytest.raises(SmallemError, match='draft vocabulary size'): make_proposer('mtp_v5000', t, {}, 'cpu')
     for name in ('mtp_v', 'ngram_v64', 'draft3', 'mtp_vx', 'mtp_v0'):
         with pytest.raises(SmallemError, match='unknown proposer'): parse_proposer(name)
     assert parse_proposer('mtp_v1024') == ('mtp', 1024) and parse_proposer('draft2') == ('draft2', None)
