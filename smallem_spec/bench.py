@@ -64,13 +64,13 @@ def decide_time(batch:int, k:int, vocab:int, temperature:float, reps:int=30, dev
 
 # %% ../nbs/10_bench.ipynb #827bb48a
 def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, temperatures=(0.0,), rounds:int=3, preset=None,
-                  context:int=200) -> dict:
+                  context:int=200, lengths=(48, 200)) -> dict:
     "t(1) and v(k) for k = 0..kmax with `context` tokens cached, each proposer's in-loop cost (c0, c) per temperature, and the token arithmetic s(k) per temperature, at one batch size (medians of `rounds` interleaved measurements)."
     ts, cs = [], []
     for _ in range(rounds):
         t = pass_times(target, tuple(range(1, kmax + 2)), context=context, batch=batch); ts.append(t)
         chunks = [prompts[i:i + batch] for i in range(0, min(len(prompts), 4 * batch), batch)]   # B = 1: four texts, one by one
-        cs.append({(T, p): proposer_cost(target, lambda: make_proposer(p, target, models, preset), chunks, kmax, T)
+        cs.append({(T, p): proposer_cost(target, lambda: make_proposer(p, target, models, preset), chunks, kmax, T, lengths)
                    for T in temperatures for p in proposers})
     t = {T: statistics.median(x[T] for x in ts) for T in ts[0]}
     prop = {T: {p: [statistics.median(x[T, p][i] for x in cs) / t[1] for i in (0, 1)] for p in proposers} for T in temperatures}
@@ -205,7 +205,8 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     bar.update()
     kmax = max([k for k in ks if isinstance(k, int)] + [6])
     ctx = min(32 + new_tokens // 2, target.cfg.max_seq_len - kmax - 2)     # passes priced at the run's mean context
-    costs = {b: measure_costs(target, models, proposers, min(b, n_prompts), kmax, prompts, temperatures, preset=preset, context=ctx) for b in batches}
+    costs = {b: measure_costs(target, models, proposers, min(b, n_prompts), kmax, prompts, temperatures, min(3, repeats), preset, ctx,
+                              (max(8, min(48, new_tokens // 4)), new_tokens)) for b in batches}   # a small run measures its costs briefly
     raw = _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar)
     bar.close()
     return dict(meta=_grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx), rows=[_grid_row(key, lst, raw, costs, fast) for key, lst in raw.items()])
