@@ -206,7 +206,7 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     kmax = max([k for k in ks if isinstance(k, int)] + [6])
     ctx = min(32 + new_tokens // 2, target.cfg.max_seq_len - kmax - 2)     # passes priced at the run's mean context
     costs = {b: measure_costs(target, models, proposers, min(b, n_prompts), kmax, prompts, temperatures, min(3, repeats), preset, ctx,
-                              (max(8, min(48, new_tokens // 4)), new_tokens)) for b in batches}   # a small run measures its costs briefly
+                              (min(48, max(16, new_tokens // 4)), max(96, new_tokens))) for b in batches}   # enough rounds to time, briefly for a small run
     raw = _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar)
     bar.close()
     return dict(meta=_grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx), rows=[_grid_row(key, lst, raw, costs, fast) for key, lst in raw.items()])
