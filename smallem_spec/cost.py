@@ -62,17 +62,18 @@ class AdaptiveK:
     def __init__(self, kmax:int, c:float, v, host:float=0.0, decay:float=0.957, prior:float=2.0, k0:int=2,
                  timed:bool=True,          # time rounds with the loop's clock and price each k by what it cost there
                  probe_every:int=16,       # plain steps before speculating again (times `backoff` after each probe that fails, up to 64 times)
-                 probe_rounds:int=6,       # speculative rounds a probe lasts (its first pays the proposer's catch-up and is not timed)
+                 probe_rounds:int=4,       # speculative rounds a probe lasts, at least k0 guesses each (its first pays the proposer's catch-up and is not timed)
                  plain_every:int=64,       # re-time plain steps after this many rounds
                  margin:float=0.02,        # speculate only where a k is predicted to beat plain steps by this much
                  backoff:int=2):           # how much longer each stretch of plain steps is than the last, after a probe that failed
         if kmax < 1: raise SmallemError(f"kmax must be >= 1 (got {kmax})")
         self.kmax, self.c, self.v, self.host, self.decay, self.prior = kmax, c, v, host, decay, prior
         self.acc, self.seen = [0.0] * kmax, [0.0] * kmax
-        self.k, self.steps, self.timed, self.plain_every, self.margin, self.backoff = min(k0, kmax), 1, timed, plain_every, margin, backoff
-        self.probe_every, self.probe_rounds, self.stretch, self._burst = probe_every, probe_rounds, probe_every, 0
+        self.k0, self.k, self.steps, self.timed, self.plain_every, self.margin = min(k0, kmax), min(k0, kmax), 1, timed, plain_every, margin
+        self.backoff, self.stretch = backoff, probe_every
+        self.probe_every, self.probe_rounds, self._burst = probe_every, probe_rounds, probe_rounds   # the first rounds are a probe
         self.t_plain, self.rounds, self._t0, self._prev, self._hs, self.costs, self._left = None, 0, None, 0, [], {}, 0
-        self.timed_rounds = {}                          # k -> rounds of that k timed so far
+        self.timed_rounds, self._ts = {}, {}            # k -> rounds of that k timed so far, the last costs timed
 
     def alphas(self):
         "Per-position estimates, each shrunk toward the one before it (the first toward 1/2)."
@@ -102,7 +103,7 @@ def choose(self:AdaptiveK) -> int:
         if g[k] < 1.0 and self.rounds % self.probe_every: k = 0
     elif self._left > 0: k, self.steps, self._left = 0, self._left, 0          # a stretch the end of a text cut short
     elif self.t_plain is None or self.rounds % self.plain_every == 0: k, self.steps = 0, 4     # time plain steps
-    elif self._burst > 0: self._burst -= 1         # a probe: speculate whatever the estimates say
+    elif self._burst > 0: self._burst -= 1; k = max(k, self.k0)   # a probe: speculate, at least k0 guesses (one guess tells little of the next)
     elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3:   # no k pays, by what the best one was seen to cost
         k, self.steps, self._burst = 0, self.stretch, self.probe_rounds
         self.stretch = min(self.backoff * self.stretch, 64 * self.probe_every)
@@ -121,7 +122,8 @@ def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=
         return
     if dt is not None and self.t_plain and prev != 0:   # (after plain steps a drafter catches up: not a round's usual cost)
         cost = dt / self.t_plain
-        self.costs[k] = cost if k not in self.costs else 0.8 * self.costs[k] + 0.2 * cost
+        self._ts[k] = (self._ts.get(k, []) + [cost])[-9:]   # a median of the last nine: one round the machine stalled in does not price k out
+        self.costs[k] = sorted(self._ts[k])[len(self._ts[k]) // 2]
         self.timed_rounds[k] = self.timed_rounds.get(k, 0) + 1
         self._hs = (self._hs + [cost - round_cost(k, self.c, self.v)])[-9:]
         self.host = sorted(self._hs)[len(self._hs) // 2]    # for the k not yet run: the median excess over k c + v(k)
