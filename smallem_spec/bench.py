@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 from .core import SmallemError, preset_name, argmax, sample_probs, sync, median_time
 from .corpus import validation_prompts
 from .train import load_or_train
-from .generate import generate, pass_times, probs_at
+from .generate import generate, pass_times, probs_at, sampling
 from .fused import cpu_info, load_kernel, decide_sampled
 from .fast import FastSmallem
 from .verify import _sampled, _greedy, _greedy_row
@@ -191,9 +191,13 @@ def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx)
                 path='fast' if fast else 'reference')
 
 def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=PROPOSERS, ks=(1, 2, 3, 4, 'adaptive'),
-          temperatures=(0.0, 1.0), batches=(1, 8), repeats:int=3, progress:bool=True, device=None, fast:bool=True) -> dict:
+          temperatures=(0.0, 1.0), batches=(1, 8), repeats:int=3, progress:bool=True, device=None, fast:bool=True,
+          top_k:int|None=None, top_p:float|None=None, min_p:float|None=None) -> dict:   # filters of every sampled row (06a_filters)
     "Run the benchmark grid on the fast path (or the reference code); returns {'meta': ..., 'rows': [...]}."
     preset = preset_name(preset); _check_grid(proposers, ks, temperatures, n_prompts, new_tokens, repeats, batches)
+    filters = {n: v for n, v in (('top_k', top_k), ('top_p', top_p), ('min_p', min_p)) if v is not None}
+    if filters and not any(T > 0 for T in temperatures): raise SmallemError(f"{', '.join(filters)} filter sampled rows: add a temperature > 0")
+    temperatures = tuple(sampling(T, top_k, top_p, min_p) if T > 0 else T for T in temperatures)
     ref = load_or_train(preset, 'target', device=device)
     wrap = FastSmallem if fast else (lambda m: m)
     target = wrap(ref)
@@ -209,7 +213,8 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
                               (min(48, max(16, new_tokens // 4)), max(96, new_tokens))) for b in batches}   # enough rounds to time, briefly for a small run
     raw = _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar)
     bar.close()
-    return dict(meta=_grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx), rows=[_grid_row(key, lst, raw, costs, fast) for key, lst in raw.items()])
+    meta = dict(_grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx), filters=filters or None)
+    return dict(meta=meta, rows=[_grid_row(key, lst, raw, costs, fast) for key, lst in raw.items()])
 
 # %% ../nbs/10_bench.ipynb #a89ef862
 def _fmt(x, spec, unit=''):
@@ -221,12 +226,13 @@ def format_table(result:dict) -> str:
     lines = [f"{'proposer':16s} {'k':>8s} {'T':>3s} {'B':>2s} {'tok/s':>7s} {'speedup':>7s} {'pred':>6s} {'meas/pred':>9s} {'tok/rnd':>7s} {'c':>5s}  α by position                 identical"]
     for r in result['rows']:
         al = ' '.join('  - ' if a is None else f"{a:.2f}" for a in (r['alpha_per_position'] or [])[:6])
-        lines.append(f"{r['proposer']:16s} {str(r['k']):>8s} {r['temperature']:3.0f} {r['batch']:2d} {r['tokens_per_s']:7.0f} {r['speedup']:6.2f}x "
+        lines.append(f"{r['proposer']:16s} {str(r['k']):>8s} {r['temperature']:3g} {r['batch']:2d} {r['tokens_per_s']:7.0f} {r['speedup']:6.2f}x "
                      f"{_fmt(r['predicted_speedup'], '5.2f', 'x')} {_fmt(r['measured_over_predicted'], '9.2f')} {r['tokens_per_round']:7.2f} "
                      f"{'' if r['c'] is None else format(r['c'], '.2f'):>5s}  {al:29s} {'' if r['identical'] is None else ('yes' if r['identical'] else 'NO')}")
     m = result['meta']
     lines.append(f"{m['prompts']} prompts x {m['new_tokens']} new tokens, median of {m['repeats']}, {m.get('path', 'reference')} path"
-                 f"{' (' + m['kernel'] + ' kernel)' if m.get('kernel') else ''}, {m['device']} ({m['gpu'] or m['cpu']}, {m['threads']} threads), torch {m['torch']}")
+                 f"{' (' + m['kernel'] + ' kernel)' if m.get('kernel') else ''}, {m['device']} ({m['gpu'] or m['cpu']}, {m['threads']} threads), torch {m['torch']}"
+                 + (f"; sampled rows filtered by {', '.join(f'{n} = {v}' for n, v in m['filters'].items())}" if m.get('filters') else ''))
     lines.append(verdict(result))
     return '\n'.join(lines)
 
@@ -317,6 +323,9 @@ def bench_cli(argv=None):
     p.add_argument('--proposers', default=','.join(PROPOSERS), help='comma-separated: ' + ', '.join(PROPOSERS))
     p.add_argument('--k', type=_ks, default=[1, 2, 3, 'adaptive'], help='comma-separated k values, adaptive, heuristic')
     p.add_argument('--temperature', type=_floats, default=[0.0, 1.0], help='comma-separated temperatures')
+    p.add_argument('--top-k', type=int, default=None, help='filter every sampled row: keep the k most likely tokens (06a_filters)')
+    p.add_argument('--top-p', type=float, default=None, help='filter every sampled row: the smallest most likely set holding this share of the mass')
+    p.add_argument('--min-p', type=float, default=None, help='filter every sampled row: tokens at least this share of the most likely one')
     p.add_argument('--batch', type=_ints, default=[1], help='comma-separated batch sizes')
     p.add_argument('--repeats', type=int, default=1, help='runs per configuration (median)')
     p.add_argument('--json', default=None, help='write the rows as JSON here')
@@ -337,7 +346,7 @@ def bench_cli(argv=None):
         return
     try:
         res = bench(a.preset, a.prompts, a.new_tokens, [x.strip() for x in a.proposers.split(',') if x.strip()], a.k,
-                    a.temperature, a.batch, a.repeats, fast=not a.reference)
+                    a.temperature, a.batch, a.repeats, fast=not a.reference, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p)
     except SmallemError as e: p.exit(2, f"smallem_bench: error: {e}\n")
     print(format_table(res))
     if a.json: Path(a.json).write_text(json.dumps(res['rows'], indent=1) + '\n'); print(f"rows written to {a.json}")

@@ -12,7 +12,7 @@ from scipy import stats as sstats
 from .core import SmallemError, preset_name
 from .corpus import validation_prompts
 from .train import load_or_train
-from .generate import generate
+from .generate import generate, sampling, Sampling
 from .fast import FastSmallem
 from .verify import pair_test, position_test
 from .spec import speculative_generate
@@ -24,15 +24,16 @@ __all__ = ['e2e_test', 'exactness_cli']
 # %% ../nbs/08a_exactness.ipynb #c9723bbb
 def e2e_test(target, proposer_fn, prompt:list[int], N:int=4000, k:int=2, temperature:float=1.0, seed:int=0,
              bins:int=40, chunk:int=1000, mode:str='speculative') -> dict:
-    "Two-sample chi-squared tests of generated tokens 2 and 3: plain target sampling vs `mode` (speculative, or a control: biased, accept, draft)."
+    "Two-sample chi-squared tests of generated tokens 2 and 3: plain target sampling vs `mode` (speculative, or a control: biased, accept, draft; with a filtered `Sampling`, raw_q or bonus_only, the bugs of 06a_filters)."
     g = torch.Generator(target.device).manual_seed(seed)
     a, b = [Counter(), Counter()], [Counter(), Counter()]
     for i in range(0, N, chunk):
         n = min(chunk, N - i)
         plain = generate(target, [prompt] * n, 3, temperature, g)
         if mode == 'draft': other = generate(proposer_fn().model, [prompt] * n, 3, temperature, g)
-        else: other = speculative_generate(target, proposer_fn(), [prompt] * n, 4, k, temperature, g,
-                                           _residual={'speculative': True, 'biased': False, 'accept': 'accept'}[mode])[0]
+        else:
+            T = temperature.planted(mode) if mode in ('raw_q', 'bonus_only') else temperature
+            other = speculative_generate(target, proposer_fn(), [prompt] * n, 4, k, T, g, _residual={'biased': False, 'accept': 'accept'}.get(mode, True))[0]
         for j in (0, 1):
             a[j].update(o[j + 1] for o in plain); b[j].update(o[j + 1] for o in other)
     res = []
@@ -71,10 +72,13 @@ def _e2e_setup(a, fail):
 def _e2e_rows(a, row, target, mk, preset, base):
     "The proposer against plain sampling on the trained models, with the controls and the power check."
     prompt, path = validation_prompts(preset, n=1)[0], 'reference' if a.reference else 'fast path'
-    for mode, exp in [('speculative', True), ('accept', False)] + ([('draft', False)] if base in ('draft2', 'draft4') else []) + [('biased', None)]:
-        r = e2e_test(target, mk, prompt, a.e2e, seed=a.seed, mode=mode)
-        label = {'speculative': f'(e2e) {preset} target + {a.proposer} ({path}), tokens 2-3', 'accept': '(e2e) control: every proposal accepted',
-                 'draft': f'(e2e) control: plain {a.proposer} vs target', 'biased': '(e2e) power check: correction drawn from p'}[mode]
+    T, filt = a.sampling, isinstance(a.sampling, Sampling)
+    modes = [('speculative', True), ('accept', False)] + ([('draft', False)] if base in ('draft2', 'draft4') else []) + [('biased', None)]
+    for mode, exp in modes + ([('raw_q', False), ('bonus_only', False)] if filt else []):
+        r = e2e_test(target, mk, prompt, a.e2e, temperature=T, seed=a.seed, mode=mode)
+        label = {'speculative': f'(e2e) {preset} target + {a.proposer} ({path}, {T!r}), tokens 2-3', 'accept': '(e2e) control: every proposal accepted',
+                 'draft': f'(e2e) control: plain {a.proposer} vs target', 'biased': '(e2e) power check: correction drawn from p',
+                 'raw_q': '(e2e) control: ratio with the unfiltered q (transformers #47932)', 'bonus_only': '(e2e) control: filter on the bonus token only (vLLM #42744)'}[mode]
         row(label, r['stat'], r['threshold'], r['pvalue'], exp)
 
 # %% ../nbs/08a_exactness.ipynb #c4485c65
@@ -86,9 +90,16 @@ def exactness_cli(argv=None):
     p.add_argument('--positions', type=int, default=60_000, help='draws for the per-position tests')
     p.add_argument('--e2e', type=int, default=4000, help='continuations each way for the end-to-end test (0 skips it)')
     p.add_argument('--proposer', default='draft2', help='draft2, draft4, mtp or ngram, or draft2_v<N>, draft4_v<N>, mtp_v<N> (a draft vocabulary of N tokens), for the end-to-end test')
+    p.add_argument('--temperature', type=float, default=1.0, help='temperature of the end-to-end test')
+    p.add_argument('--top-k', type=int, default=None, help='filter of the end-to-end test (06a_filters); adds the two filter-bug controls')
+    p.add_argument('--top-p', type=float, default=None, help='filter of the end-to-end test')
+    p.add_argument('--min-p', type=float, default=None, help='filter of the end-to-end test')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--reference', action='store_true', help='test the reference model code instead of the fast path')
     a = p.parse_args(argv)
+    try: a.sampling = sampling(a.temperature, a.top_k, a.top_p, a.min_p)
+    except SmallemError as e: p.exit(2, f"smallem_exactness: error: {e}\n")
+    if a.sampling == 0: p.exit(2, "smallem_exactness: error: the tests compare sampled laws: --temperature must be > 0\n")
     for f in ('pairs', 'positions', 'e2e'):
         if getattr(a, f) < (0 if f == 'e2e' else 100): p.exit(2, f"smallem_exactness: error: --{f} is too small ({getattr(a, f)})\n")
     rows = []

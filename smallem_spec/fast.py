@@ -12,7 +12,7 @@ from fastcore.basics import patch
 from .core import SmallemError, preset_name, median_time
 from .cache import PagedKVCache
 from .model import Smallem
-from .generate import pass_times
+from .generate import pass_times, Sampling
 from .fused import FusedPass, fused_fits, load_kernel, cpu_info
 
 
@@ -289,6 +289,7 @@ def _replay(self:FastSmallem, kind, cache, args:dict, plan, B, T):
 def chain(self:FastSmallem, tokens, cache, sids, n_new, ks, h=None, temperature:float=0.0, generator=None, vocab=None):
     "A proposer's k guesses per row in one call of the fused kernel (tokens [B, W] pending, then each guess fed back): (guesses [B, K], q [B, K, V] or None); None without the kernel. `vocab`: sorted token ids the guesses are restricted to."
     if self.fused is None or (h is not None and self.mtp is None) or (vocab is not None and vocab.numel() % 32): return None
+    if isinstance(temperature, Sampling): return None                     # a filtered law: the proposer draws its guesses itself
     B, T = tokens.shape
     starts = [cache.lens[cache._sid(s)] for s in sids]
     cache.append(sids, [n + max(k - 1, 0) for n, k in zip(n_new, ks)])    # every token the chain will append

@@ -12,8 +12,8 @@ from .model import Smallem
 from .fused import load_kernel, sample_logits
 
 # %% auto #0
-__all__ = ['check_temperature', 'probs_at', 'take_rows', 'next_token', 'check_prompts', 'pages_needed', 'prefill', 'generate',
-           'pass_times', 'generate_cli']
+__all__ = ['check_temperature', 'probs_at', 'take_rows', 'next_token', 'Sampling', 'sampling', 'filter_probs', 'draw',
+           'check_prompts', 'pages_needed', 'prefill', 'generate', 'pass_times', 'generate_cli']
 
 # %% ../nbs/04_generate.ipynb #60a7fd0a
 def check_temperature(temperature:float):
@@ -22,8 +22,9 @@ def check_temperature(temperature:float):
         raise SmallemError(f"temperature must be a number >= 0 (got {temperature!r})")
 
 def probs_at(logits:torch.Tensor, temperature:float) -> torch.Tensor:  # [..., V] -> [..., V] fp32
-    "softmax(logits / temperature) in fp32."
-    return torch.softmax(logits.float() / temperature, -1)
+    "softmax(logits / temperature) in fp32, then the filters a `Sampling` temperature carries (below)."
+    p = torch.softmax(logits.float() / temperature, -1)
+    return filter_probs(p, temperature.top_k, temperature.top_p, temperature.min_p) if isinstance(temperature, Sampling) else p
 
 def take_rows(x:torch.Tensor, idx:list[int]) -> torch.Tensor:  # [B, T, V] -> [B, V]
     "Position idx[b] of each row b, keeping the argmax the fused kernel attached to the logits."
@@ -37,9 +38,57 @@ def take_rows(x:torch.Tensor, idx:list[int]) -> torch.Tensor:  # [B, T, V] -> [B
 def next_token(logits:torch.Tensor, temperature:float=0.0, generator=None) -> torch.Tensor:  # [B, V] -> [B]
     "Greedy at temperature 0, else a sample from softmax(logits / temperature)."
     if temperature == 0: return argmax(logits)
-    if logits.device.type == 'cpu' and logits.dtype == torch.float32 and logits.shape[-1] % 16 == 0 and load_kernel() is not None:
-        return sample_logits(logits, temperature, generator)      # softmax and draw in one call of the fused library
+    if (logits.device.type == 'cpu' and logits.dtype == torch.float32 and logits.shape[-1] % 16 == 0 and not isinstance(temperature, Sampling)
+        and load_kernel() is not None):
+        return sample_logits(logits, temperature, generator)      # softmax and draw in one call of the fused library (no filters)
     return sample_probs(probs_at(logits, temperature), generator)
+
+# %% ../nbs/04_generate.ipynb #f1a00002
+class Sampling(float):
+    "A temperature that carries its filters (top_k, top_p, min_p): pass it wherever a temperature goes. Build it with `sampling`, which checks the values."
+    def __new__(cls, temperature:float, top_k:int|None=None, top_p:float|None=None, min_p:float|None=None,
+                _plant:str|None=None):   # a known bug, for negative controls only: 'raw_q' or 'bonus_only' (06a_filters)
+        x = super().__new__(cls, temperature); x.top_k, x.top_p, x.min_p, x._plant = top_k, top_p, min_p, _plant
+        return x
+    def __repr__(self):
+        kw = ', '.join(f"{n}={getattr(self, n)!r}" for n in ('top_k', 'top_p', 'min_p', '_plant') if getattr(self, n) is not None)
+        return f"Sampling({float(self)!r}, {kw})"
+    def __str__(self): return float.__repr__(self)              # as a key or in a table: the temperature
+    def planted(self, bug:str) -> 'Sampling': return Sampling(float(self), self.top_k, self.top_p, self.min_p, _plant=bug)
+
+def sampling(temperature:float=0.0, top_k:int|None=None, top_p:float|None=None, min_p:float|None=None):
+    "Checked settings: the temperature itself when no filter is set, else a `Sampling`. One-line errors name the bad argument."
+    check_temperature(temperature)
+    num = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)
+    if top_k is not None and not (isinstance(top_k, int) and not isinstance(top_k, bool) and top_k >= 1): raise SmallemError(f"top_k must be an integer >= 1 (got {top_k!r})")
+    if top_p is not None and not (num(top_p) and 0 < top_p <= 1): raise SmallemError(f"top_p must be in (0, 1] (got {top_p!r})")
+    if min_p is not None and not (num(min_p) and 0 <= min_p < 1): raise SmallemError(f"min_p must be in [0, 1) (got {min_p!r})")
+    set_ = [n for n, v in (('top_k', top_k), ('top_p', top_p), ('min_p', min_p)) if v is not None]
+    if not set_: return temperature
+    if temperature == 0: raise SmallemError(f"{', '.join(set_)} filter a sampled law: set a temperature > 0 (got 0, which is greedy)")
+    return Sampling(temperature, top_k, top_p, min_p)
+
+# %% ../nbs/04_generate.ipynb #f1a00003
+def filter_probs(p:torch.Tensor, top_k:int|None=None, top_p:float|None=None, min_p:float|None=None) -> torch.Tensor:  # [..., V] -> [..., V]
+    "The filtered law: zero what top-k, then top-p, then min-p drop, and renormalise."
+    keep = torch.ones_like(p, dtype=torch.bool)
+    if top_k is not None or top_p is not None:
+        ps, order = torch.sort(p, dim=-1, descending=True, stable=True)              # ties: the lower token id first
+        kept = torch.ones_like(ps, dtype=torch.bool)
+        if top_k is not None: kept[..., top_k:] = False
+        if top_p is not None:
+            m = (ps * kept).double(); before = m.cumsum(-1) - m                   # mass ranked before each token, float64
+            kept &= before < top_p * m.sum(-1, keepdim=True)                     # of the law top-k left
+        keep = torch.zeros_like(keep).scatter(-1, order, kept)
+    if min_p is not None: keep &= p >= min_p * p.amax(-1, keepdim=True)
+    q = p * keep
+    return q / q.sum(-1, keepdim=True)
+
+def draw(logits:torch.Tensor, temperature:float, generator=None) -> tuple[torch.Tensor, torch.Tensor]:  # [B, V] -> [B], [B, V]
+    "A proposer's sampled guess: the token and q, the law it was drawn from (the one the rule must divide by)."
+    q = probs_at(logits, temperature); t = sample_probs(q, generator)
+    if getattr(temperature, '_plant', None) == 'raw_q': q = probs_at(logits, float(temperature))   # the bug: drawn from q̃, reported as q
+    return t, q
 
 # %% ../nbs/04_generate.ipynb #229d69bf
 def check_prompts(prompts, vocab_size:int, max_len:int) -> list[list[int]]:
@@ -73,9 +122,10 @@ def prefill(model:Smallem, cache, sids:list, prompts:list[list[int]], **kw):  # 
 
 @torch.inference_mode()
 def generate(model:Smallem, prompts:list[list[int]], max_new_tokens:int, temperature:float=0.0,
-             generator:torch.Generator|None=None, return_stats:bool=False):
+             generator:torch.Generator|None=None, return_stats:bool=False,
+             top_k:int|None=None, top_p:float|None=None, min_p:float|None=None):   # filters of the sampled law (see `sampling`)
     "Generate up to `max_new_tokens` after each prompt; returns the new tokens of each (and stats)."
-    cfg = model.cfg; check_temperature(temperature)
+    cfg = model.cfg; temperature = sampling(temperature, top_k, top_p, min_p)
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0: raise SmallemError(f"max_new_tokens must be an integer >= 0 (got {max_new_tokens!r})")
     prompts = check_prompts(prompts, cfg.vocab_size, cfg.max_seq_len)
     B = len(prompts)
@@ -123,16 +173,19 @@ def generate_cli(argv=None):
     p.add_argument('--prompt', default=None, help='text to continue (default: the 8 validation prompts)')
     p.add_argument('--new-tokens', type=int, default=200)
     p.add_argument('--temperature', type=float, default=0.0)
+    p.add_argument('--top-k', type=int, default=None, help='keep the k most likely tokens (needs --temperature > 0)')
+    p.add_argument('--top-p', type=float, default=None, help='keep the smallest most likely set holding this share of the mass')
+    p.add_argument('--min-p', type=float, default=None, help='keep tokens at least this share of the most likely one')
     p.add_argument('--seed', type=int, default=0)
     a = p.parse_args(argv)
     from smallem_spec.train import load_or_train
     try:
-        check_temperature(a.temperature)
+        T = sampling(a.temperature, a.top_k, a.top_p, a.min_p)
         preset = preset_name(a.preset); tok = load_tokenizer(preset)
         model = load_or_train(preset, a.model)
         prompts = [tok.encode(a.prompt).ids] if a.prompt is not None else validation_prompts(preset)
         g = torch.Generator(model.device).manual_seed(a.seed)
-        t0 = time.perf_counter(); out = generate(model, prompts, a.new_tokens, a.temperature, g); dt = time.perf_counter() - t0
+        t0 = time.perf_counter(); out = generate(model, prompts, a.new_tokens, T, g); dt = time.perf_counter() - t0
     except SmallemError as e: p.exit(2, f"smallem_generate: error: {e}\n")
     for pr, o in zip(prompts[:2], out[:2]): print(repr(tok.decode(pr)), '->', repr(tok.decode(o)), '\n')
     n = sum(len(o) for o in out)

@@ -8,7 +8,7 @@ import torch
 from fastcore.basics import patch
 from .core import SmallemError
 from .core import argmax, sample_probs
-from .generate import take_rows, probs_at
+from .generate import take_rows, probs_at, draw
 from .spec import Proposer, DraftProposer, draft_mask, vocab_note
 from .proposers import NGramProposer
 from .corpus import draft_vocab
@@ -66,7 +66,7 @@ def propose(self:MTPProposer, rows, ks, temperature=0.0, generator=None):
     toks, qs = [], []
     for i in range(K):
         if temperature == 0: d = argmax(lg)
-        else: q = probs_at(lg, temperature); d = sample_probs(q, generator); qs.append(q)
+        else: d, q = draw(lg, temperature, generator); qs.append(q)
         toks.append(d)
         if i < K - 1:   # chain: the module's own state stands in for h, its guess for the next token
             lg, st = t.mtp_forward(st[:, None], d[:, None], self.cache, sids, [int(i < k - 1) for k in ks])

@@ -13,7 +13,7 @@ from .model import Smallem
 from .fused import load_kernel, decide_sampled
 from .core import argmax, sample_probs, sync
 from .verify import _greedy, _greedy_row, _sampled
-from .generate import take_rows, check_prompts, check_temperature, next_token, probs_at, prefill
+from .generate import take_rows, check_prompts, check_temperature, next_token, probs_at, prefill, draw, sampling, Sampling
 
 # %% auto #0
 __all__ = ['PARTS', 'Proposer', 'draft_mask', 'vocab_note', 'DraftProposer', 'check_proposer', 'SpecStats', 'speculative_round',
@@ -79,8 +79,7 @@ def propose(self:DraftProposer, rows, ks, temperature=0.0, generator=None):
     toks, qs = [], []
     for i in range(K):
         if temperature == 0: t = argmax(logits)
-        else:
-            q = probs_at(logits, temperature); t = sample_probs(q, generator); qs.append(q)
+        else: t, q = draw(logits, temperature, generator); qs.append(q)
         toks.append(t)
         if i < K - 1:
             logits = take_rows(m(t[:, None], self.cache, sids, n_new=[int(i < k - 1) for k in ks]), [0] * len(rows))
@@ -102,7 +101,12 @@ def finish(self:DraftProposer):
 def _decide(logits, draft_tokens, q, ks_t, temperature, generator, residual=True):
     "Greedy or sampled decision for one round, by the rules of `smallem_spec.verify`."
     if temperature == 0: return _greedy(logits, draft_tokens, ks_t)
-    return _sampled(probs_at(logits, temperature), q, draft_tokens, ks_t, generator, residual)
+    p = probs_at(logits, temperature)                                            # filtered at every position (06a_filters)
+    if getattr(temperature, '_plant', None) == 'bonus_only':                    # the bug: the filter on the bonus position only
+        rows = torch.arange(p.shape[0], device=p.device)
+        at = torch.full_like(rows, p.shape[1] - 1) if ks_t is None else ks_t
+        p, bonus = probs_at(logits, float(temperature)), p[rows, at]; p[rows, at] = bonus
+    return _sampled(p, q, draft_tokens, ks_t, generator, residual)
 
 def check_proposer(target:Smallem, proposer:Proposer):
     "Refuse a proposer whose vocabulary or tokenizer is not the target's."
@@ -159,7 +163,7 @@ def _decision(lg, d, q, ks, temperature, generator, residual) -> list[list[int]]
     dev, K = lg.device, max(ks)
     if temperature == 0 and dev.type == 'cpu':                                   # a few integers: plain Python is the fastest
         return [_greedy_row(b, dr, kb) for b, dr, kb in zip(argmax(lg).tolist(), d.tolist(), ks)]
-    if dev.type == 'cpu' and lg.shape[-1] % 16 == 0 and load_kernel() is not None:   # the sampling rule in one call
+    if dev.type == 'cpu' and lg.shape[-1] % 16 == 0 and not isinstance(temperature, Sampling) and load_kernel() is not None:   # the rule in one call
         return decide_sampled(lg, temperature, q, d, ks, generator, residual)
     toks, n = _decide(lg, d, q, None if min(ks) == K else torch.tensor(ks, device=dev), temperature, generator, residual)
     return torch.cat([toks, n[:, None]], 1).tolist()                             # the one host sync of the round
@@ -209,8 +213,10 @@ def _plain_stretch(target, proposer, cache, sids, rows, last, out, budget, k_pol
 def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[int]], max_new_tokens:int, k:int,
                          temperature:float=0.0, generator:torch.Generator|None=None, k_policy=None,
                          on_round=None,         # called as on_round(cache, sids, out) after every round (for checks)
-                         _residual:bool=True):  # False plants a known bias: for negative controls only
+                         _residual:bool=True,   # False plants a known bias: for negative controls only
+                         top_k:int|None=None, top_p:float|None=None, min_p:float|None=None):   # filters, on p and on q (06a_filters)
     "Generate with speculative rounds; returns (new tokens of each prompt, stats)."
+    temperature = sampling(temperature, top_k, top_p, min_p)
     prompts = _check_generation(target, proposer, prompts, max_new_tokens, k, temperature)
     L = target.cfg.max_seq_len; budget = [min(max_new_tokens, L - len(p) + 1) for p in prompts]
     log, tp, stopped = [], dict.fromkeys(PARTS, 0.), ['max_new_tokens' if b == max_new_tokens else 'context' for b in budget]

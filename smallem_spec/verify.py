@@ -119,17 +119,18 @@ def verify_sampled(target_probs:torch.Tensor,  # [B, k+1, V]
 
 # %% ../nbs/06_sampling.ipynb #7b117182
 def simulate(p_fn, q_fn, k:int, N:int, P:int, V:int, generator=None, residual:bool=True,
-             q_seen=None) -> torch.Tensor:  # [N, P]
-    "N generations of P tokens by speculative sampling; p_fn/q_fn(pos [n], prev [n]) -> probs [n, V]. `q_seen` (a control): the law the rule is told, when it is not the one the proposals come from."
+             q_seen=None, p_verify=None) -> torch.Tensor:  # [N, P]
+    "N generations of P tokens by speculative sampling; p_fn/q_fn(pos [n], prev [n]) -> probs [n, V]. Controls: `q_seen`, the law the rule is told, when it is not the one the proposals come from; `p_verify`, the target law used at the k verified positions, when it is not p_fn (which then serves the bonus position only)."
     out = torch.full((N, P), -1, dtype=torch.long); length = torch.zeros(N, dtype=torch.long)
     prev = torch.zeros(N, dtype=torch.long)
     while (length < P).any():
         rows = (length < P).nonzero()[:, 0]; pos0, prv = length[rows], prev[rows]
-        ds, qs, ps, cp, cv = [], [], [p_fn(pos0, prv)], pos0, prv
+        pv = p_fn if p_verify is None else p_verify
+        ds, qs, ps, cp, cv = [], [], [pv(pos0, prv)], pos0, prv
         for i in range(k):
             qi = q_fn(cp, cv); di = sample_probs(qi, generator)
             ds.append(di); qs.append(qi if q_seen is None else q_seen(cp, cv)); cp, cv = cp + 1, di
-            ps.append(p_fn(cp, cv))
+            ps.append((p_fn if i == k - 1 else pv)(cp, cv))
         toks, n = _sampled(torch.stack(ps, 1), torch.stack(qs, 1), torch.stack(ds, 1), None, generator, residual)
         for j in range(k + 1):
             m = (j <= n) & (pos0 + j < P)
