@@ -1,7 +1,7 @@
 """The cost model (smallem_spec.cost) and the benchmark's prediction (smallem_spec.bench._predict, _grid_row) against
 numbers computed by hand, and the k policies (HeuristicK, AdaptiveK with timed=False) driven by proposers whose
 acceptance is known exactly. Deterministic: no statistics, no timing."""
-import dataclasses, math
+import dataclasses
 import pytest, torch
 from smallem_spec.core import SmallemError
 from smallem_spec.cost import (expected_tokens, expected_tokens_pos, round_cost, predicted_speedup, alpha_for, best_k,
