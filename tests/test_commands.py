@@ -51,7 +51,9 @@ def test_bad_flags(cmd, args, msg, tmp_path):
     r = run(cmd, *[a.replace('{tmp}', str(tmp_path)) for a in args], timeout=120, cwd=tmp_path)   # a guard against a hang: each is refused in about 2 s
     assert r.returncode == 2, r.stderr
     assert 'Traceback' not in r.stderr and msg in r.stderr, r.stderr
-    assert r.stderr.strip().splitlines()[-1].startswith(f'{cmd}: error:')
+    lines = r.stderr.strip().splitlines()
+    assert lines[-1].startswith(f'{cmd}: error:')
+    assert len(lines) == 1 or lines[0].startswith('usage:'), f"more than the error (or argparse's usage and error): {lines}"
     assert os.listdir(tmp_path) == ['f'] and (tmp_path/'f').read_text() == 'a file', f"the refused command wrote {os.listdir(tmp_path)}"
 
 @pytest.mark.xfail(strict=True, reason="smallem_exactness accepts draw counts too small for its controls to be rejected, then "
