@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 import matplotlib.pyplot as plt
-from .core import SmallemError, preset_name, argmax, sample_probs, sync, median_time
+from .core import SmallemError, preset_name, argmax, sample_probs, sync, median_time, check_writable
 from .corpus import validation_prompts
 from .train import load_or_train
 from .generate import generate, pass_times, probs_at, sampling
@@ -333,10 +333,10 @@ def bench_cli(argv=None):
     p.add_argument('--reference', action='store_true', help='run everything on the reference model code instead of the fast path')
     p.add_argument('--peers', action='store_true', help='instead, the peer benchmark against transformers (smallem_spec.hf.peer_bench)')
     a = p.parse_args(argv)
-    for opt, path in (('--json', a.json), ('--plot', a.plot)):   # refuse an unwritable output before minutes of work
-        if path:
-            try: open(path, 'a').close()
-            except OSError as e: p.exit(2, f"smallem_bench: error: cannot write {opt} {path}: {e.strerror}\n")
+    try:                                        # refuse an unwritable output before minutes of work, creating nothing
+        for opt, path in (('--json', a.json), ('--plot', a.plot)):
+            if path: check_writable(path, opt)
+    except SmallemError as e: p.exit(2, f"smallem_bench: error: {e}\n")
     if a.peers:
         from smallem_spec.hf import peer_bench
         try: rows, table = peer_bench(a.preset, a.prompts, a.new_tokens, a.repeats, tuple(a.temperature))

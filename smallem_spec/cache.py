@@ -137,7 +137,7 @@ def _plan(self:PagedKVCache, sids:list, n_new:list, T:int) -> Plan:
     L = max(1, max(st + n for st, n in zip(starts, n_new)))   # at least one key column (scratch) so no row is empty
     pos, write, read, valid = [], [], [], []
     for s, st, n in zip(sids, starts, n_new):
-        pos.append(list(range(st, st + T)))
+        pos.append([min(p, self.max_len - 1) for p in range(st, st + T)])   # a padded slot past the context: any angle, its output is ignored
         write.append(self._slots(s, st, st + n) + [0] * (T - n))
         read.append(self._slots(s, 0, st + n) + [0] * (L - st - n))
         valid.append(st + n)

@@ -9,7 +9,7 @@ from typing import List, Optional
 import torch
 import torch.nn.functional as F
 from fastcore.basics import patch
-from .core import SmallemError, preset_name, median_time
+from .core import SmallemError, preset_name, median_time, check_writable
 from .cache import PagedKVCache
 from .model import Smallem
 from .generate import pass_times, Sampling
@@ -405,10 +405,9 @@ def kernels_cli(argv=None):
     p.add_argument('--json', default=None, help='write the result here (it names the processor)')
     a = p.parse_args(argv)
     if a.reps < 3 or a.mb < 64: p.exit(2, "smallem_kernels: error: need --reps >= 3 and --mb >= 64\n")
-    if a.json:
-        try: open(a.json, 'a').close()
-        except OSError as e: p.exit(2, f"smallem_kernels: error: cannot write --json {a.json}: {e.strerror}\n")
-    try: res = kernel_bench(a.preset, reps=a.reps, mb=a.mb)
+    try:
+        if a.json: check_writable(a.json, '--json')       # before the work, creating nothing
+        res = kernel_bench(a.preset, reps=a.reps, mb=a.mb)
     except SmallemError as e: p.exit(2, f"smallem_kernels: error: {e}\n")
     print(format_kernels(res))
     if a.json:

@@ -14,7 +14,7 @@ from filelock import FileLock
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
-from .core import SmallemError, preset_name, preset_dirs, smallem_home
+from .core import SmallemError, preset_name, preset_dirs, smallem_home, check_writable
 from .corpus import load_tokens, load_tokenizer, tokenizer_hash, token_ranking_file, TokenData
 from .model import Smallem, model_config, MODEL_NAMES
 
@@ -242,8 +242,8 @@ def train_cli(argv=None):
         for n in names:
             if n not in MODEL_NAMES: raise SmallemError(f"unknown model name {n!r}; choose one of {', '.join(MODEL_NAMES)} or all")
         if a.steps is not None and a.steps < 1: raise SmallemError(f"--steps must be >= 1 (got {a.steps})")
-        if a.minutes is not None and a.minutes <= 0: raise SmallemError(f"--minutes must be > 0 (got {a.minutes})")
-        out = Path(a.out) if a.out else smallem_home()/preset
+        if a.minutes is not None and not 0 < a.minutes < math.inf: raise SmallemError(f"--minutes must be a finite number > 0 (got {a.minutes})")
+        out = check_writable(a.out, '--out', folder=True) if a.out else smallem_home()/preset   # before any work, creating nothing
         tc = TRAIN_PRESETS[preset] if a.steps is None else replace(TRAIN_PRESETS[preset], steps=a.steps)
         data = load_tokens(preset); th = tokenizer_hash(load_tokenizer(preset))
         out.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,15 @@
-"Commands: --help works; bad flags give a usage line and a one-line error, never a traceback."
-import subprocess
+"""Commands: --help works; bad flags and unwritable outputs give a one-line error and exit status 2, never a traceback,
+before any long work, and a refused command writes nothing."""
+import os, subprocess, sys
 import pytest
 
 COMMANDS = ['smallem_train', 'smallem_generate', 'smallem_exactness', 'smallem_bench', 'smallem_export_hf', 'smallem_kernels']
 
-def run(*args, timeout=600):
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
+BIN = os.path.dirname(sys.executable)     # the console scripts installed beside this interpreter (.venv/bin)
+
+def run(cmd, *args, timeout=600, cwd=None):
+    exe = os.path.join(BIN, cmd)
+    return subprocess.run([exe if os.path.exists(exe) else cmd, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 @pytest.mark.parametrize('cmd', COMMANDS)
 def test_help(cmd):
@@ -32,12 +36,33 @@ def test_help(cmd):
     ('smallem_kernels', ['--json', '/nonexistent/dir/k.json'], 'cannot write --json'),
     ('smallem_bench', ['--json', '/nonexistent/dir/b.json'], 'cannot write --json'),
     ('smallem_bench', ['--plot', '/nonexistent/dir/b.png'], 'cannot write --plot'),
+    # {tmp} is an empty folder holding one file, f: a refused command must leave it so (no output created or emptied)
+    ('smallem_bench', ['--json', '{tmp}/b.json', '--proposers', 'oracle'], 'unknown proposer'),  # was: an empty b.json left
+    ('smallem_kernels', ['--json', '{tmp}/k.json', '--preset', 'huge'], 'unknown preset'),     # was: an empty k.json left
+    ('smallem_train', ['--out', '{tmp}/f/sub', '--preset', 'tiny', '--steps', '1'], 'cannot write --out'),   # was: a traceback
+    ('smallem_train', ['--minutes', 'nan', '--preset', 'tiny', '--out', '{tmp}/o'], '--minutes must be'),  # was: trained on
+    ('smallem_generate', ['--new-tokens', '-1'], 'max_new_tokens'),
+    ('smallem_generate', ['--model', 'draft3'], 'unknown model name'),
+    ('smallem_export_hf', ['--out', '{tmp}/f/sub'], 'cannot write to output folder'),
+    ('smallem_exactness', ['--preset', 'huge'], 'unknown preset'),
 ])
-def test_bad_flags(cmd, args, msg):
-    r = run(cmd, *args)
+def test_bad_flags(cmd, args, msg, tmp_path):
+    (tmp_path/'f').write_text('a file')
+    r = run(cmd, *[a.replace('{tmp}', str(tmp_path)) for a in args], timeout=120, cwd=tmp_path)   # a guard against a hang: each is refused in about 2 s
     assert r.returncode == 2, r.stderr
     assert 'Traceback' not in r.stderr and msg in r.stderr, r.stderr
-    assert r.stderr.strip().splitlines()[-1].startswith(f'{cmd}: error:')
+    lines = r.stderr.strip().splitlines()
+    assert lines[-1].startswith(f'{cmd}: error:')
+    assert len(lines) == 1 or lines[0].startswith('usage:'), f"more than the error (or argparse's usage and error): {lines}"
+    assert os.listdir(tmp_path) == ['f'] and (tmp_path/'f').read_text() == 'a file', f"the refused command wrote {os.listdir(tmp_path)}"
+
+@pytest.mark.xfail(strict=True, reason="smallem_exactness accepts draw counts too small for its controls to be rejected, then "
+                   "reports 'verdicts not as expected' with exit 1; the fix belongs in nbs/08a_exactness.ipynb")
+def test_exactness_refuses_powerless_counts():
+    "Counts that cannot reject the negative controls are bad values: exit 2 and one line, not a failed certification."
+    r = run('smallem_exactness', '--pairs', '100', '--positions', '100', '--e2e', '0', timeout=120)   # (--e2e 2 is accepted likewise)
+    assert r.returncode == 2 and 'Traceback' not in r.stderr, (r.returncode, r.stdout[-500:])
+    assert r.stderr.strip().splitlines()[-1].startswith('smallem_exactness: error:')
 
 def test_generate_runs():
     r = run('smallem_generate', '--preset', 'cpu', '--new-tokens', '20')
@@ -45,9 +70,10 @@ def test_generate_runs():
     assert 'tokens/s' in r.stdout
 
 def test_exactness_command():
+    "7 chi-squared tests at 0.1% must pass (pairs; the worst of 3 positions in two cases, so 6): false-failure rate at most 0.7%; the 2 controls must reject."
     r = run('smallem_exactness', '--pairs', '50000', '--positions', '30000', '--e2e', '0')   # e2e: tests/test_verify.py
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert 'verdicts as expected' in r.stdout and 'REJECT' in r.stdout   # the controls are rejected
+    assert r.returncode == 0, r.stdout + r.stderr + '\nverdicts not as expected (false-failure rate at most 0.7%)'
+    assert 'verdicts as expected' in r.stdout and 'REJECT' in r.stdout, r.stdout   # the controls are rejected
     print(r.stdout)
 
 def test_bench_small(tmp_path):

@@ -1,6 +1,7 @@
 """The fused CPU kernel: same function as the reference, one token's logits independent of the rows it shares a pass
 with, proposer chains equal to step-by-step passes, the sampling rule exact (with its planted bias rejected), the
-policy that stops speculating where it does not pay, and the fallback when the kernel cannot be used."""
+policy that stops speculating where it does not pay, and the fallback when the kernel cannot be used.
+Statistics: 7 chi-squared tests at 0.1% (6 per-position, 1 of the sampler), so a false-failure rate of at most 0.7% for the file."""
 import os, subprocess, sys
 import pytest, torch
 import smallem_spec.verify as V
@@ -73,7 +74,7 @@ def test_fused_rule_per_position(fused_rule):
     "60,000 toy generations, 3 positions, two laws (adversarial q included): 6 chi-squared tests at 0.1% (false-failure rate 0.6%)."
     for kw in (dict(), dict(adversarial=True, scale=3.0)):
         for r in V.position_test(60_000, seed=4, V=48, **kw):
-            assert r['stat'] < r['threshold'], f"{kw} position {r['position']}: chi2 {r['stat']:.1f} >= {r['threshold']:.1f}"
+            assert r['stat'] < r['threshold'], f"{kw} position {r['position']}: chi2 {r['stat']:.1f} >= {r['threshold']:.1f} (false-failure rate at most 0.6% for the 6 tests)"
 
 def test_fused_rule_planted_bias_rejected(fused_rule):
     "The realistic bug (correction drawn from p instead of the residual) is rejected by the same test."
@@ -89,7 +90,7 @@ def test_sample_logits_is_exact():
     for p, want in ((torch.softmax(z / 0.7, -1), True), (torch.softmax(z / 0.75, -1), False)):
         exp = p.double().numpy() * 200_000
         stat = ((obs - exp) ** 2 / exp).sum()
-        assert (stat < ss.chi2.ppf(0.999, 31)) == want, (stat, want)
+        assert (stat < ss.chi2.ppf(0.999, 31)) == want, f"chi2 {stat:.1f}, want {'pass' if want else 'reject'} (false-failure rate 0.1%)"
 
 def test_adaptive_stops_a_proposer_that_never_pays(fast, prompts):
     "A proposer that is never accepted, one policy over three texts (as the benchmark keeps it): after its first rounds"

@@ -1,9 +1,11 @@
-"Greedy speculative decoding equals plain greedy decoding; both caches hold exactly the accepted prefix."
+"Greedy speculative decoding equals plain greedy decoding; both caches hold exactly the accepted prefix; one pool serves many runs and gets every page back."
 import pytest, torch
 from smallem_spec.generate import generate
 from smallem_spec.spec import speculative_generate, DraftProposer, ConstantProposer
 from smallem_spec.verify import verify_greedy
 from smallem_spec.core import SmallemError
+from smallem_spec.fast import FastSmallem
+from smallem_spec.mtp import make_proposer
 
 NEW = 200
 
@@ -44,11 +46,53 @@ def test_target_cache_holds_accepted_prefix(cpu_models, prompts, temperature):
                          torch.Generator().manual_seed(0), on_round=check)
     assert rounds[0] > 5 and worst[0] < 1e-3, f"cached logits differ from a fresh prefill by {worst[0]}"
 
-def test_no_page_leak_over_many_runs(cpu_models, prompts):
-    "Proposer and target caches are freed; a pool reused by many runs shows no growth."
-    d = DraftProposer(cpu_models['draft2'])
-    for _ in range(3): speculative_generate(cpu_models['target'], d, prompts[:2], 20, 2)
-    assert d.cache.n_free() == d.cache.n_pages and not d.cache.lens
+def one_pool(monkeypatch, model, pools:list):
+    "From now on every cache `model` makes is the same pool (one per kind: main, MTP), reused by every run."
+    real, mine, ps = model.new_cache, {}, getattr(model, 'page_size', 16)
+    def new_cache(*a, mtp=False, capacity=None, **kw):
+        if mtp not in mine:
+            mine[mtp] = real(n_pages=3 * model.cfg.max_seq_len // ps, mtp=mtp); pools.append(mine[mtp])   # three full contexts
+        pool = mine[mtp]
+        assert pool.n_free() == pool.n_pages and not pool.lens, f"a run starts on a pool still holding {pool.n_pages - pool.n_free()} pages"
+        return pool
+    monkeypatch.setattr(model, 'new_cache', new_cache)
+
+class FreesOneRow(DraftProposer):
+    "Planted leak for the negative control: finish() frees the first row's pages only."
+    def finish(self): self.cache.free(self.sids[0])
+
+@pytest.mark.parametrize('path', ['reference', 'fast'])
+def test_one_pool_across_many_runs(cpu_models, prompts, monkeypatch, path):
+    """One page pool per model and kind, reused by 12 runs (every proposer kind, B = 1..3, k = 1..4, greedy and sampled,
+    one run stopped by the context, one aborted by an exception): after every round the pools hold their invariants
+    (a rolled-back sequence owns just enough pages), after every run every page is back, greedy texts are the target's."""
+    wrap = (lambda m: m) if path == 'reference' else (lambda m: FastSmallem(m, page_size=16))
+    t, models = wrap(cpu_models['target']), {n: wrap(cpu_models[n]) for n in ('draft2', 'draft4')}
+    C = t.cfg.max_seq_len; long = (prompts[0] * 8)[:C - 20]
+    runs = [('draft2', 1, 1, 0.0, 40, prompts[:1]), ('mtp', 2, 3, 1.0, 40, prompts[1:3]), ('ngram', 3, 4, 0.0, 40, prompts[2:5]),
+            ('draft4', 3, 2, 1.0, 30, prompts[3:6]), ('mtp', 1, 4, 0.0, 40, prompts[4:5]), ('draft2_v1024', 2, 3, 0.0, 40, prompts[5:7]),
+            ('draft2', 2, 4, 0.0, 100, [long, prompts[6]]), ('mtp_v1024', 3, 2, 1.0, 30, prompts[5:8]), ('ngram', 2, 2, 1.0, 30, prompts[:2]),
+            ('draft2', 3, 3, 0.0, 40, prompts[:3]), ('mtp', 3, 1, 0.0, 30, prompts[1:4]), ('draft4', 1, 3, 0.0, 40, prompts[7:8])]
+    plain = {i: [generate(t, [p], n)[0] for p in ps] for i, (_, _, _, T, n, ps) in enumerate(runs) if T == 0}   # fresh caches, row by row
+    pools = []
+    for m in (t, *models.values()): one_pool(monkeypatch, m, pools)
+    def check_all(*_):
+        for pool in pools: pool.check()
+    def emptied(what):
+        for pool in pools:
+            pool.check()
+            assert pool.n_free() == pool.n_pages and not pool.lens, f"{what}: {pool.n_pages - pool.n_free()} pages not returned to {pool}"
+    for i, (name, B, k, T, n, ps) in enumerate(runs):
+        out, st = speculative_generate(t, make_proposer(name, t, models, 'cpu'), ps, n, k, T, torch.Generator().manual_seed(i), on_round=check_all)
+        emptied(f"run {i} ({name}, B={B}, k={k}, T={T})")
+        if T == 0: assert out == plain[i], f"run {i} ({name}): greedy text differs from the target's on a reused pool"
+    assert st['rounds'] > 5 and len(pools) == 4     # target, target's MTP module, draft2, draft4
+    def boom(cache, sids, out):
+        if len(out[0]) > 10: raise RuntimeError('stop')
+    with pytest.raises(RuntimeError, match='stop'): speculative_generate(t, make_proposer('draft2', t, models, 'cpu'), prompts[:3], 40, 3, on_round=boom)
+    emptied("a run aborted by an exception")
+    speculative_generate(t, FreesOneRow(models['draft2']), prompts[:2], 10, 2)     # the negative control: a leak is seen
+    with pytest.raises(AssertionError, match='pages not returned'): emptied("the planted leak")
 
 def test_bad_input(cpu_models, prompts):
     t, d = cpu_models['target'], DraftProposer(cpu_models['draft2'])

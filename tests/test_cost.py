@@ -1,0 +1,120 @@
+"""The cost model (smallem_spec.cost) and the benchmark's prediction (smallem_spec.bench._predict, _grid_row) against
+numbers computed by hand, and the k policies (HeuristicK, AdaptiveK with timed=False) driven by proposers whose
+acceptance is known exactly. Deterministic: no statistics, no timing."""
+import dataclasses
+import pytest, torch
+from smallem_spec.core import SmallemError
+from smallem_spec.cost import (expected_tokens, expected_tokens_pos, round_cost, predicted_speedup, alpha_for, best_k,
+                               measure_v, AdaptiveK, HeuristicK)
+from smallem_spec.bench import _predict, _grid_row
+from smallem_spec.generate import generate
+from smallem_spec.spec import Proposer, speculative_generate
+
+class Oracle(Proposer):
+    "Knows the target's greedy text: the first `right` guesses of every round are its next tokens, the rest are wrong (None: all right)."
+    def __init__(self, ref:list[list[int]], vocab_size:int, right=None): self.ref, self.vocab_size, self.right = ref, vocab_size, right
+    def start(self, prompts, first_tokens, hidden=None, capacity=None): self.pos = [1] * len(prompts)   # tokens of ref emitted so far
+    def propose(self, rows, ks, temperature=0.0, generator=None):
+        K, out = max(ks), []
+        for r in rows:
+            g = (self.ref[r] + [0] * (K + 1))[self.pos[r]:self.pos[r] + K]
+            out.append([x if self.right is None or j < self.right else (x + 1) % self.vocab_size for j, x in enumerate(g)])
+        return torch.tensor(out), None
+    def accept(self, rows, emitted, hidden=None):
+        for r, em in zip(rows, emitted): self.pos[r] += len(em)
+
+@pytest.fixture(scope='module')
+def target(cpu_models): return cpu_models['target']
+
+@pytest.fixture(scope='module')
+def ref(target, prompts): return generate(target, prompts[:1], 64)
+
+def test_expected_tokens():
+    assert expected_tokens(0.5, 2) == 1.75 and expected_tokens(1.0, 3) == 4.0 and expected_tokens(0.0, 3) == 1.0
+    assert expected_tokens(0.8, 4) == pytest.approx(1 + .8 + .64 + .512 + .4096, abs=1e-12)
+    assert expected_tokens_pos([0.5, 0.5]) == 1.75 and expected_tokens_pos([]) == 1.0
+    assert expected_tokens_pos([1.0, 0.5, 0.0, 1.0]) == 2.5            # 1 + 1 + 1·0.5 + 0 + 0: nothing after a certain refusal
+    assert expected_tokens_pos([0.9] * 5) == pytest.approx(expected_tokens(0.9, 5), abs=1e-12)
+    for a in (-0.1, 1.5): pytest.raises(SmallemError, expected_tokens, a, 2)
+    assert alpha_for(1.75, 2) == pytest.approx(0.5, abs=1e-12) and alpha_for(expected_tokens(0.3, 4), 4) == pytest.approx(0.3, abs=1e-12)
+
+def test_round_cost_speedup_best_k():
+    assert round_cost(3, 0.1, 1.5) == pytest.approx(1.8, abs=1e-12)
+    assert round_cost(3, 0.1, lambda k: 1 + 0.25 * k) == pytest.approx(2.05, abs=1e-12)      # v may be a function of k
+    assert predicted_speedup([0.5, 0.5], 0.25, 1.0, host=0.25) == pytest.approx(1.75 / 1.75, abs=1e-12)
+    assert predicted_speedup([1.0] * 4, 0.0, lambda k: 1.0) == 5.0                          # free and always right: k + 1
+    # α = 0.9, 0.5, 0.1, c = 0.1, v = 1: k=1 1.9/1.1 = 1.727, k=2 2.35/1.2 = 1.958, k=3 2.395/1.3 = 1.842
+    k, s = best_k([0.9, 0.5, 0.1], 0.1, lambda k: 1.0)
+    assert k == 2 and s == pytest.approx(2.35 / 1.2, abs=1e-12)
+    assert best_k([1.0] * 6, 0.0, 1.0) == (6, 7.0) and best_k([0.0] * 6, 0.5, 1.0) == (1, 1 / 1.5)
+    pytest.raises(SmallemError, best_k, [], 0.1, 1.0)
+
+def test_predict_by_hand():
+    "The benchmark's prediction: tokens over time, summed over the rounds' k (k = 0 a plain step), with every cost term."
+    v, s = {0: 1.0, 2: 1.5, 3: 1.6}, {2: 0.05, 3: 0.08}
+    # two rounds at k = 2 with α = 0.5, 0.5: 2 · 1.75 tokens; each costs v(2)·t_unit + (c0 + 2c + s(2))·t1 + host
+    got = _predict([0.5, 0.5], [2, 2], 0.25, v, t_step=0.002, host=0.0001, s=s, t_unit=0.001, t1=0.0015, c0=0.05)
+    assert got == pytest.approx(2 * 1.75 * 0.002 / (2 * (1.5 * 0.001 + (0.05 + 0.5 + 0.05) * 0.0015 + 0.0001)), rel=1e-12)
+    # a plain step (k = 0) is one token for t_step + host; at batch > 1 the occupancy scales the tokens
+    got = _predict([1.0, 0.5, 0.0], [3, 0, 2], 0.1, v, t_step=0.002, host=0.0002, s=s, occupancy=0.75)
+    num = 0.75 * (2.5 + 1 + 2.5) * 0.002             # E(1, 0.5, 0) = E(1, 0.5) = 2.5
+    den = (1.6 * 0.002 + (0.3 + 0.08) * 0.002 + 0.0002) + (0.002 + 0.0002) + (1.5 * 0.002 + (0.2 + 0.05) * 0.002 + 0.0002)
+    assert got == pytest.approx(num / den, rel=1e-12)
+    assert _predict([1.0], [1], 0.0, {1: 1.0}, 0.001, 0.0) == 2.0 and _predict([0.5], [], 0.1, v, 0.001, 0.0) is None
+
+def test_grid_row_predicts_a_known_proposer_exactly(target, prompts, ref):
+    """A proposer right on its first two guesses and wrong on the third, at k = 3 over 64 tokens: the loop must count
+    α = 1, 1, 0 and 3 tokens a round, and the benchmark's row must predict from them and from given costs exactly."""
+    V = target.cfg.vocab_size
+    out, st = speculative_generate(target, Oracle(ref, V, right=2), prompts[:1], 64, 3)
+    assert out == ref
+    assert st.alpha_per_position == [1.0, 1.0, 0.0] and st.tokens_per_round == 3.0 and st.rounds == 21 and st.k_used == [3] * 21
+    # known times: a plain step 2 ms (t_step = t_unit = t1), host 0.3 ms a round, costs v(3) = 1.5, c0 = 0.05, c = 0.1, s(3) = 0.05
+    st = dataclasses.replace(st, t_parts={**dict.fromkeys(st.t_parts, 0.0), 'propose': 0.01, 'verify': 0.05}, t_total=0.06 + 21 * 0.0003)
+    res = dict(seconds=0.1, tokens=64, texts=out, row_slots=21, stats=st)
+    base = dict(seconds=0.2, passes=100, tokens=64, texts=ref, row_slots=0, stats=None)
+    raw = {('none', 0, 0.0, 1): [(base, None)], ('draft2', 3, 0.0, 1): [(res, 320.0)]}
+    costs = {1: dict(t1=0.002, v={3: 1.5}, prop={0.0: {'draft2': [0.05, 0.1]}}, s={0.0: {3: 0.05}})}
+    row = _grid_row(('draft2', 3, 0.0, 1), raw[('draft2', 3, 0.0, 1)], raw, costs, fast=True)
+    hand = 3 * 0.002 / (1.5 * 0.002 + (0.05 + 3 * 0.1 + 0.05) * 0.002 + 0.0003)     # 0.006 / 0.0041 = 1.4634...
+    assert row['predicted_speedup'] == round(hand, 3) == 1.463, row
+    assert row['alpha_per_position'] == [1.0, 1.0, 0.0] and row['tokens_per_round'] == 3.0 and row['identical'] is True
+    assert row['host_per_round'] == 0.15 and row['occupancy'] == 1.0 and row['speedup'] == round(640 / 320, 3)
+
+def test_heuristic_k_schedule(target, prompts, ref):
+    "transformers' schedule, +2 after a round with every guess kept, -1 otherwise, between 1 and kmax."
+    h = HeuristicK(kmax=8, k0=5)
+    seen = []
+    for n in (5, 7, 8, 3, 0, 0, 0, 0, 0, 0):
+        k = h.choose(); seen.append(k); h.update(k, [n], [k])
+    assert seen == [5, 7, 8, 8, 7, 6, 5, 4, 3, 2] and h.k == 1 and HeuristicK(4, 9).k == 4
+    h = HeuristicK(8, 4); h.update(4, [4, 2], [4, 4]); assert h.k == 3, "one row short of a full round is not a full round"
+    h = HeuristicK(8, 4); h.update(4, [4, 2], [4, 2]); assert h.k == 6, "a row given fewer guesses that kept them all is full"
+    V = target.cfg.vocab_size
+    for right, want in ((None, [5, 7, 8, 8]), (0, [5, 4, 3, 2, 1, 1])):      # in the loop, with proposers always right / never right
+        out, st = speculative_generate(target, Oracle(ref, V, right), prompts[:1], 64, 8, k_policy=HeuristicK(8, 5))
+        assert out == ref and st.k_used[:len(want)] == want, st.k_used
+        assert st.alpha_per_position == ([1.0] * 8 if right is None else [0.0] + [None] * 7), "positions after a refusal are not reached"
+
+def test_adaptive_k_untimed(target, prompts, ref):
+    """AdaptiveK without a clock, v(k) = 1 + 0.2 k: a free proposer that is never right stops speculating once its
+    acceptance estimate says no k pays, and probes once every probe_every rounds; one that is always right climbs to kmax."""
+    V, v = target.cfg.vocab_size, (lambda k: 1 + 0.2 * k)
+    pol = AdaptiveK(6, c=0.0, v=v, timed=False)
+    assert pol.alphas() == [0.5] * 6 and pol.gains()[2] == pytest.approx(1.75 / 1.4, abs=1e-12)     # the prior, by hand
+    out, st = speculative_generate(target, Oracle(ref, V, right=0), prompts[:1], 64, 6, k_policy=pol)
+    assert out == ref
+    # by hand: after n refusals at position 1 the estimate is (prior/2) / (prior + sum of decay^i, i < n); k = 1 pays while (1 + α)/v(1) >= 1
+    n, seen = 0, 0.0
+    while (1 + pol.prior * 0.5 / (seen + pol.prior)) / v(1) >= 1: n += 1; seen = seen * pol.decay + 1
+    want = [1 if (i < n or (i + 1) % pol.probe_every == 0) else 0 for i in range(len(st.k_used))]
+    assert n == 4 and st.k_used == want, st.k_used
+    pol = AdaptiveK(6, c=0.0, v=v, timed=False)
+    out, st = speculative_generate(target, Oracle(ref, V), prompts[:1], 64, 6, k_policy=pol)
+    assert out == ref and st.alpha_per_position == [1.0] * 6
+    assert st.k_used[3:] == [6] * (len(st.k_used) - 3) and len(st.k_used) > 6, st.k_used
+
+def test_measure_v(target):
+    "v(k) = t(k+1)/t(1), measured on the library's own pass timer (it once raised NameError)."
+    m = measure_v(target, kmax=2, context=40, reps=3)
+    assert set(m['v']) == {0, 1, 2} and m['v'][0] == 1.0 and m['t1'] > 0 and all(x > 0 for x in m['v'].values())
