@@ -4,7 +4,7 @@
 
 # %% ../nbs/06a_filters.ipynb #f6a00100
 from __future__ import annotations
-import numpy as np, torch
+import torch
 from scipy import stats as sstats
 from .generate import probs_at, filter_probs
 from .verify import simulate, gof

@@ -69,17 +69,27 @@ def sampling(temperature:float=0.0, top_k:int|None=None, top_p:float|None=None, 
     return Sampling(temperature, top_k, top_p, min_p)
 
 # %% ../nbs/04_generate.ipynb #f1a00003
+def _most_likely(p:torch.Tensor, n:torch.Tensor) -> torch.Tensor:  # [..., V], [...] -> [..., V] bool
+    "The n most likely tokens of each row, ties broken by the lower token id (as the argmax and a stable sort do)."
+    v = torch.topk(p, int(n.max()), dim=-1).values.gather(-1, (n - 1)[..., None])   # each row's n-th largest value
+    above, tied = p > v, p == v
+    return above | (tied & (tied.cumsum(-1) <= n[..., None] - above.sum(-1, keepdim=True)))
+
 def filter_probs(p:torch.Tensor, top_k:int|None=None, top_p:float|None=None, min_p:float|None=None) -> torch.Tensor:  # [..., V] -> [..., V]
     "The filtered law: zero what top-k, then top-p, then min-p drop, and renormalise."
-    keep = torch.ones_like(p, dtype=torch.bool)
-    if top_k is not None or top_p is not None:
-        ps, order = torch.sort(p, dim=-1, descending=True, stable=True)              # ties: the lower token id first
-        kept = torch.ones_like(ps, dtype=torch.bool)
-        if top_k is not None: kept[..., top_k:] = False
-        if top_p is not None:
-            m = (ps * kept).double(); before = m.cumsum(-1) - m                   # mass ranked before each token, float64
-            kept &= before < top_p * m.sum(-1, keepdim=True)                     # of the law top-k left
-        keep = torch.zeros_like(keep).scatter(-1, order, kept)
+    V, keep = p.shape[-1], torch.ones_like(p, dtype=torch.bool)
+    k = min(top_k, V) if top_k is not None else V
+    n = torch.full(p.shape[:-1], k, dtype=torch.long, device=p.device)
+    if top_p is not None:          # how many the nucleus keeps, read off the m largest values (all V only where 64 hold too little)
+        m = min(V, max(64, k)) if top_k is not None else min(V, 64)
+        while True:
+            vs = (torch.topk(p, m, dim=-1) if m < V else torch.sort(p, dim=-1, descending=True)).values.double(); vs[..., k:] = 0   # the law top-k left, largest first
+            cum = vs.cumsum(-1)
+            total = vs.sum(-1, keepdim=True) if (top_k is not None or m == V) else p.double().sum(-1, keepdim=True)
+            if top_k is not None or m == V or bool((cum[..., -1:] >= top_p * total).all()): break
+            m = V
+        n = torch.minimum(n, (cum - vs < top_p * total).sum(-1))             # a token stays while the mass before it is < top_p
+    if top_k is not None or top_p is not None: keep = _most_likely(p, n)
     if min_p is not None: keep &= p >= min_p * p.amax(-1, keepdim=True)
     q = p * keep
     return q / q.sum(-1, keepdim=True)

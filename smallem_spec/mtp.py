@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from fastcore.basics import patch
 from .core import SmallemError
-from .core import argmax, sample_probs
-from .generate import take_rows, probs_at, draw
+from .core import argmax
+from .generate import take_rows, draw
 from .spec import Proposer, DraftProposer, draft_mask, vocab_note
 from .proposers import NGramProposer
 from .corpus import draft_vocab

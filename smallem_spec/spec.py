@@ -11,7 +11,7 @@ from fastcore.basics import patch
 from .core import SmallemError
 from .model import Smallem
 from .fused import load_kernel, decide_sampled
-from .core import argmax, sample_probs, sync
+from .core import argmax, sync
 from .verify import _greedy, _greedy_row, _sampled
 from .generate import take_rows, check_prompts, check_temperature, next_token, probs_at, prefill, draw, sampling, Sampling
 

@@ -94,3 +94,30 @@ def test_e2e_filters(fast, prompts):
     for mode in ('raw_q', 'bonus_only'):
         r = e2e_test(t, mk, prompts[0], 1500, temperature=T, seed=3, chunk=250, mode=mode)
         assert r['stat'] > r['threshold'], f"planted bug {mode} not rejected: chi2 {r['stat']:.1f} <= {r['threshold']:.1f}"
+
+def _by_sorting(p, top_k=None, top_p=None, min_p=None):
+    "The definition, written the slow way: a stable sort, a float64 cumulative sum, a scatter back."
+    keep = torch.ones_like(p, dtype=torch.bool)
+    if top_k is not None or top_p is not None:
+        ps, order = torch.sort(p, dim=-1, descending=True, stable=True)
+        kept = torch.ones_like(ps, dtype=torch.bool)
+        if top_k is not None: kept[..., top_k:] = False
+        if top_p is not None:
+            m = (ps * kept).double(); kept &= m.cumsum(-1) - m < top_p * m.sum(-1, keepdim=True)
+        keep = torch.zeros_like(keep).scatter(-1, order, kept)
+    if min_p is not None: keep &= p >= min_p * p.amax(-1, keepdim=True)
+    q = p * keep
+    return q / q.sum(-1, keepdim=True)
+
+def test_filter_probs_equals_the_definition():
+    "filter_probs (top-k values and thresholds, a full sort only where 64 tokens hold too little) keeps exactly what sorting keeps, ties included."
+    g = torch.Generator().manual_seed(0)
+    for scale in (0.3, 1.0, 3.0, 8.0):
+        lg = torch.randn(32, 4096, generator=g) * scale
+        lg[0, :10] = 5.0; lg[1] = 0.0; lg[2, 100:300] = 9.0             # ties at the top, everywhere, and across a boundary
+        for T in (0.5, 1.0, 2.0):
+            p = probs_at(lg, T)
+            for kw in (dict(top_k=1), dict(top_k=20), dict(top_k=100), dict(top_k=5000), dict(top_p=0.9), dict(top_p=0.5), dict(top_p=1.0),
+                       dict(top_p=1e-6), dict(top_k=20, top_p=0.9), dict(top_k=200, top_p=0.95, min_p=0.01), dict(min_p=0.1)):
+                a, b = filter_probs(p, **kw), _by_sorting(p, **kw)
+                assert torch.equal(a > 0, b > 0) and torch.allclose(a, b), (scale, T, kw)
