@@ -124,7 +124,7 @@ def _check_grid(proposers, ks, temperatures, n_prompts, new_tokens, repeats, bat
     for k in ks:
         if not (k in ('adaptive', 'heuristic') or (isinstance(k, int) and 1 <= k <= 16)): raise SmallemError(f"bad k {k!r}: an integer in 1..16, adaptive or heuristic")
     for T in temperatures:
-        if not (isinstance(T, (int, float)) and T >= 0 and not math.isnan(T)): raise SmallemError(f"temperature must be a number >= 0 (got {T!r})")
+        if not (isinstance(T, (int, float)) and T >= 0 and math.isfinite(T)): raise SmallemError(f"temperature must be a finite number >= 0 (got {T!r})")
     if n_prompts < 1 or new_tokens < 1 or repeats < 1 or any(b < 1 for b in batches): raise SmallemError("prompts, new tokens, repeats and batch sizes must be >= 1")
 
 def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar) -> dict:

@@ -100,8 +100,10 @@ def exactness_cli(argv=None):
     try: a.sampling = sampling(a.temperature, a.top_k, a.top_p, a.min_p)
     except SmallemError as e: p.exit(2, f"smallem_exactness: error: {e}\n")
     if a.sampling == 0: p.exit(2, "smallem_exactness: error: the tests compare sampled laws: --temperature must be > 0\n")
-    for f in ('pairs', 'positions', 'e2e'):
-        if getattr(a, f) < (0 if f == 'e2e' else 100): p.exit(2, f"smallem_exactness: error: --{f} is too small ({getattr(a, f)})\n")
+    least = dict(pairs=2000, positions=5000, e2e=2000)      # fewer draws cannot reliably reject the controls (06_sampling, 08a)
+    for f, n in least.items():
+        v = getattr(a, f)
+        if v < n and not (f == 'e2e' and v == 0): p.exit(2, f"smallem_exactness: error: --{f} is too small ({v}): at least {n}{' (or 0 to skip it)' if f == 'e2e' else ''}, for the controls to be rejected\n")
     rows = []
     def row(name, stat, thr, pv, expect_pass):   # expect_pass None: a power check, reported, not counted
         ok = stat < thr

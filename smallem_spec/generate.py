@@ -17,9 +17,9 @@ __all__ = ['check_temperature', 'probs_at', 'take_rows', 'next_token', 'Sampling
 
 # %% ../nbs/04_generate.ipynb #60a7fd0a
 def check_temperature(temperature:float):
-    "Refuse a negative or NaN temperature."
-    if not isinstance(temperature, (int, float)) or math.isnan(temperature) or temperature < 0:
-        raise SmallemError(f"temperature must be a number >= 0 (got {temperature!r})")
+    "Refuse a negative, infinite or NaN temperature."
+    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
+        raise SmallemError(f"temperature must be a finite number >= 0 (got {temperature!r})")
 
 def probs_at(logits:torch.Tensor, temperature:float) -> torch.Tensor:  # [..., V] -> [..., V] fp32
     "softmax(logits / temperature) in fp32, then the filters a `Sampling` temperature carries (below)."

@@ -24,7 +24,10 @@ def test_help(cmd):
     ('smallem_generate', ['--temperature', '-1'], 'temperature'),
     ('smallem_generate', ['--temperature', 'abc'], 'invalid float value'),
     ('smallem_exactness', ['--pairs', '3'], 'too small'),
-    ('smallem_exactness', ['--proposer', 'oracle', '--pairs', '1000', '--positions', '1000'], 'unknown proposer'),
+    ('smallem_exactness', ['--proposer', 'oracle', '--pairs', '2000', '--positions', '5000'], 'unknown proposer'),
+    ('smallem_exactness', ['--e2e', '1000'], '--e2e is too small'),
+    ('smallem_generate', ['--temperature', 'inf'], 'finite number'),
+    ('smallem_bench', ['--temperature', 'inf'], 'finite number'),
     ('smallem_bench', ['--proposers', 'oracle'], 'unknown proposer'),
     ('smallem_bench', ['--k', 'two'], 'invalid k'),
     ('smallem_bench', ['--k', '0'], 'bad k'),
@@ -56,13 +59,11 @@ def test_bad_flags(cmd, args, msg, tmp_path):
     assert len(lines) == 1 or lines[0].startswith('usage:'), f"more than the error (or argparse's usage and error): {lines}"
     assert os.listdir(tmp_path) == ['f'] and (tmp_path/'f').read_text() == 'a file', f"the refused command wrote {os.listdir(tmp_path)}"
 
-@pytest.mark.xfail(strict=True, reason="smallem_exactness accepts draw counts too small for its controls to be rejected, then "
-                   "reports 'verdicts not as expected' with exit 1; the fix belongs in nbs/08a_exactness.ipynb")
 def test_exactness_refuses_powerless_counts():
     "Counts that cannot reject the negative controls are bad values: exit 2 and one line, not a failed certification."
-    r = run('smallem_exactness', '--pairs', '100', '--positions', '100', '--e2e', '0', timeout=120)   # (--e2e 2 is accepted likewise)
+    r = run('smallem_exactness', '--pairs', '100', '--positions', '100', '--e2e', '0', timeout=120)
     assert r.returncode == 2 and 'Traceback' not in r.stderr, (r.returncode, r.stdout[-500:])
-    assert r.stderr.strip().splitlines()[-1].startswith('smallem_exactness: error:')
+    assert r.stderr.strip().splitlines()[-1].startswith('smallem_exactness: error:') and 'too small' in r.stderr
 
 def test_generate_runs():
     r = run('smallem_generate', '--preset', 'cpu', '--new-tokens', '20')
