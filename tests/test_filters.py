@@ -39,7 +39,7 @@ def test_bad_filter_values(kw, msg):
     with pytest.raises(SmallemError, match=msg): sampling(0.8, **kw)
 
 def test_filter_at_temperature_zero_and_state(fast, prompts):
-    "A filter at temperature 0 is refused before anything runs; a refused call leaves the cache pool as it was."
+    "A filter at temperature 0 is refused, and a bad filter value on the speculative path, both before anything runs; the temperature a Sampling prints is the bare number."
     t = fast['target']
     with pytest.raises(SmallemError, match='set a temperature > 0'): generate(t, prompts[:1], 4, 0.0, top_k=5)
     with pytest.raises(SmallemError, match='top_p must be'): speculative_generate(t, make_proposer('mtp', t, {}), prompts[:1], 4, 2, 0.8, top_p=2.0)
