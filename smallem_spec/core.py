@@ -10,7 +10,7 @@ import torch
 
 # %% auto #0
 __all__ = ['VOCAB_SIZES', 'SmallemError', 'smallem_home', 'repo_models_dir', 'preset_dirs', 'check_writable', 'preset_name',
-           'sync', 'median_time', 'argmax', 'sample_probs']
+           'sync', 'median_time', 'cpu_threads', 'argmax', 'sample_probs']
 
 # %% ../nbs/00_core.ipynb #c0e00007
 class SmallemError(ValueError):
@@ -72,6 +72,12 @@ def median_time(fn, reps:int=30, warmup:int=3, device='cpu') -> float:
     for _ in range(reps):
         sync(device); t0 = time.perf_counter(); fn(); sync(device); ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
+
+def cpu_threads() -> int:
+    "Threads for torch on a CPU: `$SMALLEM_THREADS` if set, else 2, never more than the machine's cores."
+    v = os.environ.get('SMALLEM_THREADS', '').strip()
+    if v and not (v.isdigit() and int(v) > 0): raise SmallemError(f"SMALLEM_THREADS must be a positive integer, not {v!r}")
+    return min(int(v) if v else 2, os.cpu_count() or 1)
 
 # %% ../nbs/00_core.ipynb #c0e00016
 def argmax(x:torch.Tensor) -> torch.Tensor:  # [..., V] -> [...] int64

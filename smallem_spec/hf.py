@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer
-from .core import SmallemError, preset_name
+from .core import SmallemError, cpu_threads, preset_name
 from .corpus import EOT, load_tokenizer, validation_prompts
 from .model import Smallem, ModelConfig, MODEL_NAMES
 from .generate import generate
@@ -87,7 +87,7 @@ def _hf_reference(job:str):
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
     transformers.utils.logging.set_verbosity_error(); transformers.utils.logging.disable_progress_bar()
-    torch.set_num_threads(2)
+    torch.set_num_threads(cpu_threads())
     j = json.loads(Path(job).read_text()); res = {}
     for name, d in j['dirs'].items():
         m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
@@ -235,7 +235,7 @@ def peer_bench(preset:str|None='cpu', n_prompts:int=8, new_tokens:int=200, repea
                assistant_tokens=(2, 3, 4), lookup_tokens:int=3, seed:int=0) -> tuple[list[dict], str]:
     "Tokens/s of transformers (plain, assisted with draft2, prompt lookup) and ours on the same weights; returns (rows, table)."
     import transformers
-    preset = preset_name(preset); torch.set_num_threads(2)
+    preset = preset_name(preset); torch.set_num_threads(cpu_threads())
     if repeats < 1 or n_prompts < 1 or new_tokens < 1: raise SmallemError("n_prompts, new_tokens and repeats must be >= 1")
     target, draft = load_or_train(preset, 'target', device='cpu'), load_or_train(preset, 'draft2', device='cpu')
     prompts = validation_prompts(preset, n_prompts)

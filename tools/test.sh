@@ -12,6 +12,7 @@ git diff --quiet -- smallem_spec || { git diff --stat -- smallem_spec; fail "sma
 [ -z "$(git status --porcelain -- smallem_spec nbs)" ] || { git status --short -- smallem_spec nbs; fail "untracked or changed files after nbdev_export"; }
 python tools/readme.py --check || fail "README.md is not generated from nbs/index.ipynb: run python tools/readme.py"
 start=$(date +%s)
-nbdev_test --n_workers 2 --timing
+# two notebooks at a time, one thread each: two 2-thread processes on 2 cores run many times slower than one
+SMALLEM_THREADS=1 OMP_NUM_THREADS=1 nbdev_test --n_workers 2 --timing
 echo "nbdev_test: $(( $(date +%s) - start )) s"
 python -m pytest tests -q -p no:cacheprovider "$@"
