@@ -3,7 +3,7 @@ before any long work, and a refused command writes nothing."""
 import os, subprocess, sys
 import pytest
 
-COMMANDS = ['smallem_train', 'smallem_generate', 'smallem_exactness', 'smallem_bench', 'smallem_export_hf', 'smallem_kernels']
+COMMANDS = ['smallem_train', 'smallem_generate', 'smallem_exactness', 'smallem_bench', 'smallem_export_hf', 'smallem_export_gguf', 'smallem_kernels']
 
 BIN = os.path.dirname(sys.executable)     # the console scripts installed beside this interpreter (.venv/bin)
 

@@ -23,6 +23,16 @@ if ! python -c "import torch" 2>/dev/null; then
 fi
 if [ "${1:-}" = dev ]; then
   pip install -q -e ".[dev]"
+  # llama.cpp, for the GGUF parity test (tests/test_gguf.py). PyPI has llama-cpp-python only as source (it vendors
+  # llama.cpp): pip compiles it for this CPU (-march=native, no GPU backend). Build isolation brings scikit-build-core
+  # from PyPI (and cmake when the system has none recent enough); gcc/g++ must be present. Measured 2026-11, 2 cores:
+  # 9.7 CPU-minutes of compiling on the Intel Xeon kind (10 m 49 s wall while other jobs loaded the machine);
+  # 3 m 48 s wall on a quiet AMD EPYC (issue 20). Nothing to do once installed.
+  # --no-cache-dir: never reuse a wheel compiled for another processor from a shared pip cache.
+  if ! python -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '0.3.36')" 2>/dev/null; then
+    echo "setup: building llama-cpp-python 0.3.36 from source (about 4 to 10 minutes on 2 cores)"
+    pip install -q --no-cache-dir llama-cpp-python==0.3.36
+  fi
   # the docs' browser test needs Chromium (Debian's package)
   if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || echo "setup: could not install chromium; the browser tests will be skipped"
