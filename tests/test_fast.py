@@ -63,10 +63,10 @@ def test_graphs_emulated_greedy_identity(cpu_models, prompts):
     assert len(g._graphs) >= 2, "no graph shapes were recorded"
 
 def test_end_to_end_sampling_fast_path(fast, prompts):
-    "Tokens 2-3 of 4000 continuations, plain vs speculative (MTP, fast path): 2 chi-squared tests at 0.1% (false-failure rate at most 0.2%)."
+    "Tokens 2-3 of 4000 speculative continuations (MTP, fast path) against the exact law: 2 chi-squared tests at 0.1% (false-failure rate at most 0.2%)."
     t = fast['target']
     r = e2e_test(t, lambda: MTPProposer(t), prompts[0], 4000, seed=4)
-    assert r['stat'] < r['threshold'], f"speculative vs plain: chi2 {r['stat']:.1f} >= {r['threshold']:.1f} (false-failure rate at most 0.2%)"
+    assert r['stat'] < r['threshold'], f"speculative vs the exact law: chi2 {r['stat']:.1f} >= {r['threshold']:.1f} (false-failure rate at most 0.2%)"
     r = e2e_test(t, lambda: MTPProposer(t), prompts[0], 4000, seed=4, mode='accept')
     assert r['stat'] > r['threshold'], "negative control (every proposal accepted) not rejected"
 

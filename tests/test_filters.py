@@ -2,7 +2,7 @@
 and the two real filter bugs (the ratio with the unfiltered q; the filter on the bonus token only) planted and caught.
 
 False-failure rates: test_toy_filters runs 9 chi-squared tests at 0.1% (0.9% for the file's toy test);
-test_e2e_filters runs 1 two-sample test on the worse of two positions at 0.1% each (0.2%). The others are exact checks."""
+test_e2e_filters runs 1 test against the exact filtered law on the worse of two positions at 0.1% each (0.2%). The others are exact checks."""
 import subprocess
 import pytest, torch
 from smallem_spec.core import SmallemError, argmax
@@ -90,7 +90,7 @@ def test_e2e_filters(fast, prompts):
     T = sampling(0.8, top_k=20)
     mk = lambda: make_proposer('draft2', t, {'draft2': d2})
     r = e2e_test(t, mk, prompts[0], 1500, temperature=T, seed=3, chunk=250)
-    assert r['stat'] < r['threshold'], f"speculative vs plain under top_k=20: chi2 {r['stat']:.1f} >= {r['threshold']:.1f}"
+    assert r['stat'] < r['threshold'], f"speculative vs the exact law under top_k=20: chi2 {r['stat']:.1f} >= {r['threshold']:.1f}"
     for mode in ('raw_q', 'bonus_only'):
         r = e2e_test(t, mk, prompts[0], 1500, temperature=T, seed=3, chunk=250, mode=mode)
         assert r['stat'] > r['threshold'], f"planted bug {mode} not rejected: chi2 {r['stat']:.1f} <= {r['threshold']:.1f}"
