@@ -331,18 +331,19 @@ def bench_cli(argv=None):
     p.add_argument('--json', default=None, help='write the rows as JSON here')
     p.add_argument('--plot', default=None, help='write the figure as PNG here')
     p.add_argument('--reference', action='store_true', help='run everything on the reference model code instead of the fast path')
-    p.add_argument('--peers', action='store_true', help='instead, the peer benchmark against transformers (smallem_spec.hf.peer_bench)')
+    p.add_argument('--peers', action='store_true', help='instead, the peer benchmark: llama.cpp, transformers and ours on the same weights (smallem_spec.hf.peer_bench)')
+    p.add_argument('--engines', default='llama.cpp,transformers,ours', help='with --peers: comma-separated engines (llama.cpp needs tools/build_llama.sh)')
     a = p.parse_args(argv)
     try:                                        # refuse an unwritable output before minutes of work, creating nothing
         for opt, path in (('--json', a.json), ('--plot', a.plot)):
             if path: check_writable(path, opt)
     except SmallemError as e: p.exit(2, f"smallem_bench: error: {e}\n")
     if a.peers:
-        from smallem_spec.hf import peer_bench
-        try: rows, table = peer_bench(a.preset, a.prompts, a.new_tokens, a.repeats, tuple(a.temperature))
+        from smallem_spec.hf import peer_bench, format_peer_table
+        try: res = peer_bench(a.preset, a.prompts, a.new_tokens, a.repeats, tuple(a.temperature), tuple(e.strip() for e in a.engines.split(',') if e.strip()))
         except SmallemError as e: p.exit(2, f"smallem_bench: error: {e}\n")
-        print(table)
-        if a.json: Path(a.json).write_text(json.dumps(rows, indent=1) + '\n'); print(f"rows written to {a.json}")
+        print(format_peer_table(res))
+        if a.json: Path(a.json).write_text(json.dumps(res, indent=1) + '\n'); print(f"result written to {a.json}")
         return
     try:
         res = bench(a.preset, a.prompts, a.new_tokens, [x.strip() for x in a.proposers.split(',') if x.strip()], a.k,

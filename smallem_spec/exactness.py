@@ -4,7 +4,9 @@
 
 # %% ../nbs/08a_exactness.ipynb #c08a0002
 from __future__ import annotations
-import argparse, sys
+import argparse, json, sys, time
+from pathlib import Path
+from tqdm.auto import tqdm
 import torch
 from scipy import stats as sstats
 from .core import SmallemError, preset_name
@@ -17,7 +19,7 @@ from .spec import speculative_generate
 from .mtp import make_proposer, parse_proposer
 
 # %% auto #0
-__all__ = ['law_test', 'e2e_test', 'exactness_cli']
+__all__ = ['law_test', 'e2e_test', 'e2e_power', 'exactness_cli']
 
 # %% ../nbs/08a_exactness.ipynb #c9723bbb
 @torch.inference_mode()
@@ -55,10 +57,11 @@ def law_test(target, prompts:list[list[int]], outs:list[list[int]], temperature,
     O = torch.bincount(cell[row * V + tok], minlength=len(keep) + 1)[:-1].double()
     P = torch.zeros(U, len(keep), dtype=torch.float64); P[keep // V, torch.arange(len(keep))] = pi[keep // V, keep % V]
     C = torch.diag(E[keep]) - (P * n_u[:, None]).T @ P                                 # covariance of the counts
-    w, Q = torch.linalg.eigh(C); ok = w > 1e-9 * w.max().clamp_min(1e-300)             # singular where a context's cells hold all its mass
+    if not len(keep): C = torch.zeros(0, 0, dtype=torch.float64)                       # every context nearly certain: no cell left to test
+    w, Q = torch.linalg.eigh(C); ok = w > 1e-9 * (w.max().clamp_min(1e-300) if len(w) else 1.)   # singular where a context's cells hold all its mass
     z = (Q.T @ (O - E[keep]))[ok]; stat, df = float((z * z / w[ok]).sum()), int(ok.sum())
-    return dict(position=position, stat=float('inf') if outside else stat, df=df, pvalue=0.0 if outside else float(sstats.chi2.sf(stat, df)),
-                threshold=float(sstats.chi2.ppf(0.999, df)), outside=outside, top_share=float(O.sum()) / len(outs), contexts=U)
+    return dict(position=position, stat=float('inf') if outside else stat, df=df, pvalue=0.0 if outside else float(sstats.chi2.sf(stat, df)) if df else 1.0,
+                threshold=float(sstats.chi2.ppf(0.999, df)) if df else float('inf'), outside=outside, top_share=float(O.sum()) / len(outs), contexts=U)
 
 def e2e_test(target, proposer_fn, prompt:list[int], N:int=4000, k:int=2, temperature:float=1.0, seed:int=0,
              bins:int=40, chunk:int=1000, mode:str='speculative', prompts:list[list[int]]|None=None) -> dict:
@@ -74,6 +77,23 @@ def e2e_test(target, proposer_fn, prompt:list[int], N:int=4000, k:int=2, tempera
             outs += speculative_generate(target, proposer_fn(), part, k + 2, k, T, g, _residual={'biased': False, 'accept': 'accept'}.get(mode, True))[0]
     res = [law_test(target, rows, outs, temperature, j, bins) for j in (2, 3)]
     return max(res, key=lambda r: r['stat'] / r['threshold'])
+
+# %% ../nbs/08a_exactness.ipynb #pw000001
+def e2e_power(target, makers:dict, layouts:dict, seeds=range(5), null_seeds=range(1), k:int=2, temperature:float=1.0,
+              out=None, progress:bool=True) -> list[dict]:
+    "How often `e2e_test` rejects the realistic bug (the correction drawn from p) and the correct rule, per proposer and layout; rows appended to the JSON-lines file `out` as they come."
+    runs = [(name, lay, mode, s) for name in makers for lay in layouts for mode, ss in (('biased', seeds), ('speculative', null_seeds)) for s in ss]
+    rows = []
+    for name, lay, mode, s in tqdm(runs, desc='e2e_power', disable=not progress):
+        L = layouts[lay]; prompts = L['prompts'](name) if callable(L['prompts']) else L['prompts']
+        t0 = time.perf_counter()
+        r = e2e_test(target, makers[name], prompts[0], L['N'], k, temperature, seed=1000 + s, chunk=L['chunk'], mode=mode,
+                     prompts=prompts if len(prompts) > 1 else None)
+        rows.append(dict(proposer=name, layout=lay, mode=mode, seed=1000 + s, N=L['N'], batch=min(L['chunk'], L['N']), prompts=len(prompts),
+                         position=r['position'], stat=round(r['stat'], 2), threshold=round(r['threshold'], 2), df=r['df'],
+                         rejected=r['stat'] >= r['threshold'], seconds=round(time.perf_counter() - t0, 1)))
+        if out: Path(out).open('a').write(json.dumps(rows[-1]) + '\n')
+    return rows
 
 # %% ../nbs/08a_exactness.ipynb #53316a44
 def _toy_rows(a, row):

@@ -4,25 +4,28 @@
 
 # %% ../nbs/11_interop.ipynb #2e468e8f
 from __future__ import annotations
-import argparse, copy, json, os, statistics, subprocess, sys, tempfile, time
+import argparse, copy, json, os, re, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 import torch
 import numpy as np
 import gguf
 from safetensors.torch import save_file
 from tokenizers import Tokenizer
-from .core import SmallemError, check_writable, cpu_threads, preset_name
+from tqdm.auto import tqdm
+from .core import SmallemError, check_writable, cpu_threads, preset_name, smallem_home
 from .corpus import EOT, load_tokenizer, validation_prompts
 from .model import Smallem, ModelConfig, MODEL_NAMES
-from .generate import generate
-from .spec import speculative_generate
-from .mtp import make_proposer
+from .generate import generate, pass_times
 from .train import load_or_train
+from .fused import cpu_info
+from .fast import FastSmallem
+from .bench import run_config, measure_costs
 
 # %% auto #0
-__all__ = ['GGUF_ARCH', 'GGUF_DTYPES', 'hf_config', 'hf_state_dict', 'hf_tokenizer_config', 'export_hf', 'hf_parity',
-           'export_cli', 'gguf_hparams', 'rope_interleave', 'gguf_tensors', 'gguf_vocab', 'export_gguf', 'gguf_parity',
-           'export_gguf_cli', 'peer_bench', 'format_peer_table']
+__all__ = ['GGUF_ARCH', 'GGUF_DTYPES', 'LLAMA_VERSION', 'LLAMA_TOOLS', 'OUR_ROWS', 'PEER_ENGINES', 'hf_config', 'hf_state_dict',
+           'hf_tokenizer_config', 'export_hf', 'hf_parity', 'export_cli', 'gguf_hparams', 'rope_interleave',
+           'gguf_tensors', 'gguf_vocab', 'export_gguf', 'gguf_parity', 'export_gguf_cli', 'llama_bin', 'llama_generate',
+           'llama_bench_tg', 'peer_bench', 'peer_ratios', 'format_peer_table']
 
 # %% ../nbs/11_interop.ipynb #cd35d0bf
 def hf_config(cfg:ModelConfig, dtype:torch.dtype=torch.float32) -> dict:
@@ -311,12 +314,13 @@ def _busy_jiffies():
     return sum(f) - f[3] - (f[4] if len(f) > 4 else 0)
 
 class _OtherLoad:
-    "Cores used by other processes while the block runs."
+    "Cores used by other processes (not this one or its children) while the block runs."
     def __enter__(self):
         self.b, self.o, self.t = _busy_jiffies(), os.times(), time.perf_counter(); return self
     def __exit__(self, *a):
         b, o, dt = _busy_jiffies(), os.times(), time.perf_counter() - self.t
-        mine = (o.user + o.system) - (self.o.user + self.o.system)
+        cpu = lambda t: t.user + t.system + t.children_user + t.children_system   # children: llama.cpp's tools
+        mine = cpu(o) - cpu(self.o)
         self.cores = None if b is None or self.b is None else max(0., ((b - self.b) / os.sysconf('SC_CLK_TCK') - mine) / dt)
 
 # %% ../nbs/11_interop.ipynb #d7734c09
@@ -330,42 +334,122 @@ def _hf_family(preset, tmp):
         out[n] = m
     return out
 
+# %% ../nbs/11_interop.ipynb #ll000001
+LLAMA_VERSION = '0.3.36'     # the llama-cpp-python source distribution whose vendored llama.cpp `tools/build_llama.sh` builds
+LLAMA_TOOLS = ('llama-completion', 'llama-speculative', 'llama-lookup', 'llama-bench')
+
+def llama_bin() -> Path:
+    "The folder of llama.cpp's command-line tools: `$SMALLEM_LLAMA_BIN`, else where `tools/build_llama.sh` puts them."
+    d = Path(os.environ.get('SMALLEM_LLAMA_BIN') or smallem_home()/'llama.cpp'/LLAMA_VERSION/'bin')
+    missing = [t for t in LLAMA_TOOLS if not (d/t).is_file()]
+    if missing: raise SmallemError(f"llama.cpp's tools are not in {d} (missing {', '.join(missing)}); `bash tools/build_llama.sh` builds them (minutes)")
+    return d
+
+# %% ../nbs/11_interop.ipynb #ll000002
+_LLAMA_NUM = {'enc': r'encoded\s+\d+ tokens in\s+([\d.]+) seconds', 'dec': r'decoded\s+(\d+) tokens in\s+([\d.]+) seconds',
+              'drafted': r'n_drafted\s*=\s*(\d+)', 'accepted': r'n_accept\s*=\s*(\d+)',
+              'prompt_ms': r'prompt eval time =\s*([\d.]+) ms', 'eval': r'(?<!prompt )eval time =\s*([\d.]+) ms /\s*(\d+) runs',
+              'sample_ms': r'sampling time =\s*([\d.]+) ms'}
+
+def llama_generate(tool:str, model, prompt:str, new_tokens:int, temperature:float=0.0, seed:int=0,
+                   draft=None, k:int|None=None, threads:int|None=None, ctx:int=256, tries:int=20) -> dict:
+    "Run one of llama.cpp's tools on one prompt; returns the continuation's text and the tool's own timings (seconds, tokens, guesses made and kept)."
+    threads = threads or cpu_threads()
+    cmd = [str(llama_bin()/tool), '-m', str(model), '-p', prompt, '-n', str(new_tokens), '--temp', f'{float(temperature)}',
+           '--top-k', '0', '--top-p', '1', '--min-p', '0', '-s', str(seed), '-t', str(threads), '-c', str(ctx),
+           '-ctk', 'f32', '-ctv', 'f32', '--ignore-eos']       # the plain softmax; an f32 cache, as ours; no stop at the end token
+    if tool == 'llama-completion': cmd.append('-no-cnv')
+    if draft is not None: cmd += ['-md', str(draft), '-ctkd', 'f32', '-ctvd', 'f32']
+    if k is not None: cmd += ['--spec-draft-n-max', str(k)]
+    for _ in range(tries):   # the tools print through a logging thread that exit does not wait for, so a run's output is sometimes lost: run it again
+        r = subprocess.run(cmd, capture_output=True, text=True, errors='replace')
+        if r.returncode: raise SmallemError(f"{tool} failed ({r.returncode}): {(r.stderr.strip().splitlines() or ['no message'])[-1]}")
+        m = {key: re.search(rx, r.stderr) for key, rx in _LLAMA_NUM.items()}
+        at = r.stdout.find(prompt)                # the tools echo the prompt, some after blank lines
+        if at < 0 or r.stdout[:at].strip('\n'): continue
+        text = r.stdout[at + len(prompt):]
+        if tool == 'llama-completion' and m['eval'] and m['prompt_ms'] and m['sample_ms']:
+            n = int(m['eval'][2]) + 1
+            secs = (float(m['prompt_ms'][1]) + float(m['eval'][1]) + float(m['sample_ms'][1])) / 1000
+            return dict(text=text, tokens=n, seconds=secs, passes=n, accepted=0, proposed=0)
+        if tool != 'llama-completion' and m['dec'] and m['enc'] and m['accepted'] and m['drafted']:
+            n, acc = int(m['dec'][1]), int(m['accepted'][1])
+            return dict(text=text, tokens=n, seconds=float(m['enc'][1]) + float(m['dec'][2]), passes=n - acc, accepted=acc, proposed=int(m['drafted'][1]))
+    raise SmallemError(f"{tool}: could not read its timings or its text after {tries} tries")
+
+def llama_bench_tg(model, new_tokens:int=200, threads:int|None=None, repeats:int=5) -> float:
+    "Tokens/s of llama.cpp's own decoding benchmark (`llama-bench -p 0 -n N`): passes over one token, no sampling, no text."
+    threads = threads or cpu_threads()
+    r = subprocess.run([str(llama_bin()/'llama-bench'), '-m', str(model), '-p', '0', '-n', str(new_tokens), '-t', str(threads),
+                        '-r', str(repeats), '-o', 'json'], capture_output=True, text=True)
+    if r.returncode: raise SmallemError(f"llama-bench failed ({r.returncode}): {(r.stderr.strip().splitlines() or ['no message'])[-1]}")
+    return float(json.loads(r.stdout)[0]['avg_ts'])
+
 # %% ../nbs/11_interop.ipynb #345e6fee
-def _peer_configs(target, draft, hf, new_tokens, assistant_tokens, lookup_tokens):
-    "(engine, method, k, run) for every row; run(prompt, temperature, seed) -> (tokens, target passes, stats)."
+def _hf_configs(hf, new_tokens, assistant_tokens, lookup_tokens):
+    "transformers' rows: (engine, method, k, run); run(prompts, T, seed) -> measurements of the whole prompt set."
     ht, hd = hf['target'], hf['draft2']; base = copy.deepcopy(hd.generation_config); calls = [0]
     ht.register_forward_hook(lambda *a: calls.__setitem__(0, calls[0] + 1))
-    def hf_run(**kw):
-        def run(p, T, seed):
+    def per_prompt(one):
+        def run(prompts, T, seed):
+            m = dict(secs=0., tokens=0, passes=0, texts=[], accepted=0, proposed=0)
+            for i, p in enumerate(prompts):
+                t0 = time.perf_counter(); out, passes = one(p, T, seed + i); m['secs'] += time.perf_counter() - t0
+                m['tokens'] += len(out); m['passes'] += passes; m['texts'].append(out)
+            return m
+        return run
+    def hf_one(**kw):
+        def one(p, T, seed):
             x = torch.tensor([p]); calls[0] = 0; torch.manual_seed(seed)
             s = dict(do_sample=True, temperature=float(T), top_k=0, top_p=1.0) if T > 0 else dict(do_sample=False)
             with torch.inference_mode():
                 out = ht.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=new_tokens, pad_token_id=0, **s, **kw)
-            return out[0, len(p):].tolist(), calls[0], None
-        return run
+            return out[0, len(p):].tolist(), calls[0]
+        return one
     def assisted(n):
-        run = hf_run(assistant_model=hd)
+        one = hf_one(assistant_model=hd)
         def setup_and_run(p, T, seed):
             hd.generation_config = copy.deepcopy(base)            # a fresh schedule for every prompt
             if n is not None:
                 hd.generation_config.num_assistant_tokens, hd.generation_config.num_assistant_tokens_schedule = n, 'constant'
                 hd.generation_config.assistant_confidence_threshold = 0.0
-            return run(p, T, seed)
+            return one(p, T, seed)
         return setup_and_run
-    def ours(make=None, k=None):
-        def run(p, T, seed):
-            g = torch.Generator().manual_seed(seed)
-            if make is None:
-                out, st = generate(target, [p], new_tokens, T, g, return_stats=True); return out[0], st['passes'], None
-            out, st = speculative_generate(target, make(), [p], new_tokens, k, T, g)
-            return out[0], st['rounds'] + 1, st                      # + the prefill pass
-        return run
-    rows = [('transformers', 'plain', None, hf_run()), ('transformers', 'assisted, draft2, default schedule', None, assisted(None))]
-    rows += [('transformers', 'assisted, draft2, constant', n, assisted(n)) for n in assistant_tokens]
-    rows += [('transformers', 'prompt lookup', lookup_tokens, hf_run(prompt_lookup_num_tokens=lookup_tokens)),
-             ('ours', 'plain', None, ours())]
-    rows += [('ours', name, k, ours(lambda name=name: make_proposer(name, target, {'draft2': draft}), k)) for name, ks in (('draft2', (2, 3)), ('mtp', (1, 2))) for k in ks]
+    rows = [('transformers', 'plain', None, per_prompt(hf_one())), ('transformers', 'assisted, draft2, default schedule', None, per_prompt(assisted(None)))]
+    rows += [('transformers', 'assisted, draft2', n, per_prompt(assisted(n))) for n in assistant_tokens]
+    rows += [('transformers', 'prompt lookup', n, per_prompt(hf_one(prompt_lookup_num_tokens=n))) for n in lookup_tokens]
     return rows
+
+def _llama_configs(files, tokenizer, new_tokens, assistant_tokens, lookup_tokens, ctx):
+    "llama.cpp's rows, one process per prompt, timed by the tool itself (prompt and decoding; not the start or the model load)."
+    def rows_of(tool, **kw):
+        def run(prompts, T, seed):
+            m = dict(secs=0., tokens=0, passes=0, texts=[], accepted=0, proposed=0)
+            for i, p in enumerate(prompts):
+                r = llama_generate(tool, files['target'], tokenizer.decode(p), new_tokens, T, seed + i, ctx=ctx, **kw)
+                for key in ('tokens', 'passes', 'accepted', 'proposed'): m[key] += r[key]
+                m['secs'] += r['seconds']; m['texts'].append(r['text'])
+            return m
+        return run
+    rows = [('llama.cpp', 'plain', None, rows_of('llama-completion'))]
+    rows += [('llama.cpp', 'speculative, draft2', n, rows_of('llama-speculative', draft=files['draft2'], k=n)) for n in assistant_tokens]
+    rows += [('llama.cpp', 'prompt lookup', n, rows_of('llama-lookup', k=n)) for n in lookup_tokens]
+    return rows
+
+OUR_ROWS = (('plain, reference code', 'none', None), ('plain', 'none', None), ('mtp_v1024', 'mtp_v1024', 2), ('mtp_v1024', 'mtp_v1024', 3),
+            ('mtp_v1024', 'mtp_v1024', 'adaptive'), ('draft2', 'draft2', 2), ('draft2', 'draft2', 3), ('draft2', 'draft2', 'adaptive'),
+            ('draft2_v1024', 'draft2_v1024', 3), ('ngram', 'ngram', 3), ('ngram', 'ngram', 'heuristic'), ('ngram', 'ngram', 'adaptive'))
+
+def _our_configs(ref, fast, models, costs, new_tokens, rows=OUR_ROWS):
+    "Our rows on the fast path (and plain decoding on the reference code), run as `smallem_bench` runs them: one adaptive policy per row."
+    def make(proposer, k, model):
+        def run(prompts, T, seed):
+            r = run_config(model, models, prompts, new_tokens, proposer, k, T, 1, costs, seed)
+            st = r['stats']; spec = proposer != 'none'
+            return dict(secs=r['seconds'], tokens=r['tokens'], texts=r['texts'], passes=st.rounds + len(prompts) if spec else r['passes'],
+                        accepted=st.accepted if spec else 0, proposed=st.proposed if spec else 0)
+        return run
+    return [('ours', meth, k, make(p, k, ref if 'reference' in meth else fast)) for meth, p, k in rows]
 
 # %% ../nbs/11_interop.ipynb #12a2a0d4
 def _peer_row(key, e, common) -> dict:
@@ -378,65 +462,97 @@ def _peer_row(key, e, common) -> dict:
             'same_as_plain': e['same'] if T == 0 else None, 'other_cores': round(max(other), 2) if other else None, **common}
 
 # %% ../nbs/11_interop.ipynb #8b3f5831
+PEER_ENGINES = ('llama.cpp', 'transformers', 'ours')
+
 def peer_bench(preset:str|None='cpu', n_prompts:int=8, new_tokens:int=200, repeats:int=3, temperatures=(0.0, 1.0),
-               assistant_tokens=(2, 3, 4), lookup_tokens:int=3, seed:int=0) -> tuple[list[dict], str]:
-    "Tokens/s of transformers (plain, assisted with draft2, prompt lookup) and ours on the same weights; returns (rows, table)."
-    import transformers
+               engines=PEER_ENGINES, assistant_tokens=(2, 3, 4), lookup_tokens=(2, 3, 4), our_rows=OUR_ROWS,
+               seed:int=0, progress:bool=True) -> dict:
+    "Tokens/s of llama.cpp, transformers and ours on the same weights and prompts, interleaved; returns {'meta': ..., 'rows': [...]}."
     preset = preset_name(preset); torch.set_num_threads(cpu_threads())
     if repeats < 1 or n_prompts < 1 or new_tokens < 1: raise SmallemError("n_prompts, new_tokens and repeats must be >= 1")
-    target, draft = load_or_train(preset, 'target', device='cpu'), load_or_train(preset, 'draft2', device='cpu')
+    bad = [e for e in engines if e not in PEER_ENGINES]
+    if bad or not engines: raise SmallemError(f"unknown engine {bad[0] if bad else None!r}; choose among {', '.join(PEER_ENGINES)}")
+    if 'llama.cpp' in engines: llama_bin()                                        # missing tools: say so before minutes of work
+    if 'transformers' in engines: import transformers
+    ref, draft = load_or_train(preset, 'target', device='cpu'), load_or_train(preset, 'draft2', device='cpu')
+    fast, tok = FastSmallem(ref), load_tokenizer(preset)
     prompts = validation_prompts(preset, n_prompts)
-    new_tokens = min(new_tokens, target.cfg.max_seq_len - max(map(len, prompts)))   # both stop at the context
-    verb = transformers.utils.logging.get_verbosity(); transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    try:
-        with tempfile.TemporaryDirectory() as tmp: hf = _hf_family(preset, tmp)
-        configs = _peer_configs(target, draft, hf, new_tokens, assistant_tokens, lookup_tokens)
-        plain = [generate(target, [p], new_tokens)[0] for p in prompts]          # the greedy reference text
-        for *_, run in configs:
-            for T in temperatures: run(prompts[0][:16], T, seed)                   # warm-up, not counted
-        acc = {}
-        for r in range(repeats):                                                   # interleaved: every row once per repeat
-            for T in temperatures:
-                for eng, meth, k, run in configs:
-                    e = acc.setdefault((eng, meth, k, T), dict(secs=[], other=[], tokens=0, passes=0, same=True, accepted=0, proposed=0))
-                    secs = 0.
-                    with _OtherLoad() as load:
-                        for i, p in enumerate(prompts):
-                            t0 = time.perf_counter(); out, passes, st = run(p, T, seed + i); secs += time.perf_counter() - t0
-                            if r: continue
-                            e['tokens'] += len(out); e['passes'] += passes; e['same'] &= out == plain[i]
-                            if st: e['accepted'] += st['accepted']; e['proposed'] += st['proposed']
-                    e['secs'].append(secs); e['other'].append(load.cores)
-    finally: transformers.utils.logging.set_verbosity(verb); transformers.utils.logging.enable_progress_bar()
-    common = dict(preset=preset, prompts=n_prompts, new_tokens=new_tokens, repeats=repeats,
-                  versions=f"torch {torch.__version__}, transformers {transformers.__version__}")
-    rows = [_peer_row(key, e, common) for key, e in acc.items()]
-    return rows, format_peer_table(rows)
+    new_tokens = min(new_tokens, ref.cfg.max_seq_len - max(map(len, prompts)) - 8)  # every engine stops short of the context
+    plain = [tok.decode(t) for t in generate(ref, prompts, new_tokens)]           # the greedy reference text
+    meta = dict(preset=preset, prompts=n_prompts, new_tokens=new_tokens, repeats=repeats, cpu=cpu_info(), versions={'torch': torch.__version__})
+    with tempfile.TemporaryDirectory() as tmp:
+        configs = []
+        if 'llama.cpp' in engines:
+            files = {n: export_gguf(m, tok, Path(tmp)/f'{n}.gguf') for n, m in (('target', ref), ('draft2', draft))}
+            configs += _llama_configs(files, tok, new_tokens, assistant_tokens, lookup_tokens, ref.cfg.max_seq_len)
+            meta['versions']['llama.cpp'] = f"vendored in llama-cpp-python {LLAMA_VERSION}"
+        if 'transformers' in engines:
+            verb = transformers.utils.logging.get_verbosity(); transformers.utils.logging.set_verbosity_error()
+            transformers.utils.logging.disable_progress_bar()
+            configs += _hf_configs(_hf_family(preset, tmp), new_tokens, assistant_tokens, lookup_tokens)
+            meta['versions']['transformers'] = transformers.__version__
+        if 'ours' in engines:
+            models = {'draft2': FastSmallem(draft)}
+            props = sorted({p for _, p, k in our_rows if k == 'adaptive'})
+            costs = measure_costs(fast, models, props, 1, 6, prompts, temperatures, 1, preset, min(32 + new_tokens // 2, ref.cfg.max_seq_len - 8),
+                                  (min(48, max(16, new_tokens // 4)), max(96, new_tokens))) if props else None
+            configs += _our_configs(ref, fast, models, costs, new_tokens, our_rows)
+        try:
+            for *_, run in configs:
+                for T in temperatures: run(prompts[:1], T, seed)                       # warm-up, not counted
+            acc = {}
+            bar = tqdm(total=repeats * len(temperatures) * len(configs), desc='peer_bench', disable=not progress)
+            for r in range(repeats):                                               # interleaved: every row once per repeat
+                for T in temperatures:
+                    for eng, meth, k, run in configs:
+                        e = acc.setdefault((eng, meth, k, T), dict(secs=[], other=[], tokens=0, passes=0, same=True, accepted=0, proposed=0))
+                        with _OtherLoad() as load: m = run(prompts, T, seed)
+                        e['secs'].append(m['secs']); e['other'].append(load.cores); bar.update()
+                        if r: continue
+                        for key in ('tokens', 'passes', 'accepted', 'proposed'): e[key] += m[key]
+                        texts = [t if isinstance(t, str) else tok.decode(t) for t in m['texts']]
+                        e['same'] = all(t.startswith(p) for t, p in zip(texts, plain))   # llama.cpp's rounds may overshoot by a few tokens
+            bar.close()
+        finally:
+            if 'transformers' in engines: transformers.utils.logging.set_verbosity(verb); transformers.utils.logging.enable_progress_bar()
+        # the bare one-token pass, decoding from an empty cache to new_tokens (llama-bench's tg; ours at the mean context)
+        meta['pass_ms'] = {'ours': round(1000 * pass_times(fast, (1,), context=new_tokens // 2)[1], 3)}
+        if 'llama.cpp' in engines: meta['pass_ms']['llama.cpp'] = round(1000 / llama_bench_tg(files['target'], new_tokens), 3)
+    rows = [_peer_row(key, e, {}) for key, e in acc.items()]
+    return dict(meta=meta, rows=rows)
 
 # %% ../nbs/11_interop.ipynb #dc758abd
 def _label(r):
-    if r['k'] is None: return r['method']
-    return f"{r['method']}, k={r['k']}" if r['engine'] == 'ours' else f"{r['method']} {r['k']}"
+    return r['method'] if r['k'] is None else f"{r['method']}, k={r['k']}"
 
-def format_peer_table(rows:list[dict]) -> str:
-    "The peer table, with the two ratios per temperature."
-    r0 = rows[0]; lines = [f"{r0['preset']} preset, batch 1, {r0['prompts']} prompts x {r0['new_tokens']} new tokens, median of "
-                           f"{r0['repeats']} interleaved repeats, 2 threads; {r0['versions']}"]
-    oc = [r['other_cores'] for r in rows if r['other_cores'] is not None]
-    if oc: lines.append(f"other processes used up to {max(oc):.2f} cores while rows ran" + (" (the machine was shared: timings are noisy)" if max(oc) > 0.3 else ""))
+def peer_ratios(rows:list[dict]) -> dict:
+    "Per temperature: plain decoding and the best speculative row of each engine, and ours over theirs."
+    out = {}
     for T in sorted({r['temperature'] for r in rows}):
         rs = [r for r in rows if r['temperature'] == T]
-        lines += ['', f"T = {T:g}", f"{'engine':13}{'method':42}{'tokens/s':>9}{'tok/pass':>9}{'ms/pass':>8}{'accept':>7}  same text"]
-        for r in rs:
+        eng = {e: {'plain': next((r for r in rs if r['engine'] == e and r['method'] == 'plain'), None),
+                   'best': max((r for r in rs if r['engine'] == e and not r['method'].startswith('plain')), key=lambda r: r['tokens_per_s'], default=None)}
+               for e in dict.fromkeys(r['engine'] for r in rs)}
+        ours = eng.get('ours', {})
+        out[T] = {'rows': eng, 'ours_over': {e: {w: round(ours[w]['tokens_per_s'] / v[w]['tokens_per_s'], 2) if ours.get(w) and v[w] else None
+                                                 for w in ('plain', 'best')} for e, v in eng.items() if e != 'ours'}}
+    return out
+
+def format_peer_table(result:dict) -> str:
+    "The peer table, with ours/theirs for plain decoding and for the best speculative row of each engine."
+    m, rows = result['meta'], result['rows']
+    lines = [f"{m['preset']} preset, batch 1, {m['prompts']} prompts x {m['new_tokens']} new tokens, median of {m['repeats']} interleaved repeats, "
+             f"{m['cpu']['threads']} threads, {m['cpu']['model']}; " + ', '.join(f"{k} {v}" for k, v in m['versions'].items())]
+    oc = [r['other_cores'] for r in rows if r['other_cores'] is not None]
+    if oc: lines.append(f"other processes used up to {max(oc):.2f} cores while rows ran" + (" (the machine was shared: timings are noisy)" if max(oc) > 0.3 else ""))
+    if 'pass_ms' in m: lines.append("a bare one-token pass (no sampling, no loop; llama.cpp's by llama-bench): " + ', '.join(f"{e} {v:.3f} ms" for e, v in m['pass_ms'].items()))
+    for T, v in peer_ratios(rows).items():
+        lines += ['', f"T = {T:g}", f"{'engine':13}{'method':38}{'tokens/s':>9}{'tok/pass':>9}{'ms/pass':>8}{'accept':>7}  same text"]
+        for r in (r for r in rows if r['temperature'] == T):
             acc = f"{r['acceptance']:.2f}" if r['acceptance'] is not None else '-'
             same = {True: 'yes', False: 'NO', None: '-'}[r['same_as_plain']]
-            lines.append(f"{r['engine']:13}{_label(r):42}{r['tokens_per_s']:9.1f}{r['tokens_per_pass']:9.2f}{r['ms_per_pass']:8.2f}{acc:>7}  {same}")
-        tp = next(r for r in rs if r['engine'] == 'transformers' and r['method'] == 'plain')
-        op = next(r for r in rs if r['engine'] == 'ours' and r['method'] == 'plain')
-        best = lambda eng, f: max((r for r in rs if r['engine'] == eng and f(r['method'])), key=lambda r: r['tokens_per_s'])
-        ob, tb, ta = best('ours', lambda m: m != 'plain'), best('transformers', lambda m: m != 'plain'), best('transformers', lambda m: 'assisted' in m)
-        lines.append(f"ours plain / transformers plain: {op['tokens_per_s'] / tp['tokens_per_s']:.2f}x")
-        lines.append(f"our best speculative ({_label(ob)}) / their best assisted with draft2 ({_label(ta)}): {ob['tokens_per_s'] / ta['tokens_per_s']:.2f}x; "
-                     f"/ their best speculative of all ({_label(tb)}): {ob['tokens_per_s'] / tb['tokens_per_s']:.2f}x")
+            lines.append(f"{r['engine']:13}{_label(r):38}{r['tokens_per_s']:9.1f}{r['tokens_per_pass']:9.2f}{r['ms_per_pass']:8.2f}{acc:>7}  {same}")
+        for e, q in v['ours_over'].items():
+            b = v['rows'][e]['best']
+            lines.append(f"ours / {e}: plain {q['plain']}x; best speculative {q['best']}x (ours: {_label(v['rows']['ours']['best'])}; theirs: {_label(b) if b else '-'})")
     return '\n'.join(lines)

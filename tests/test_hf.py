@@ -1,13 +1,14 @@
 """Interop with transformers: the exported checkpoints load with AutoModelForCausalLM / AutoTokenizer in a fresh
 process (no custom code) and compute what ours compute: logits to fp32 rounding, greedy text token for token, tokenizer
-ids both ways. Plus the export files, the command's errors, and a smoke run of the peer benchmark."""
+ids both ways. Plus the export files, the command's errors, and smoke runs of the peer benchmark."""
 import json, subprocess
 import pytest, torch
 from safetensors.torch import load_file
 from smallem_spec.corpus import load_tokenizer, validation_prompts, load_corpus, split_corpus
 from smallem_spec.model import MODEL_NAMES
 from smallem_spec.train import load_or_train
-from smallem_spec.hf import export_hf, hf_parity, peer_bench
+from smallem_spec.core import SmallemError
+from smallem_spec.hf import export_hf, hf_parity, peer_bench, format_peer_table, llama_bin
 
 transformers = pytest.importorskip('transformers')
 LOGIT_TOL = 1e-4
@@ -99,8 +100,36 @@ def test_cli_writes_a_loadable_checkpoint(tmp_path):
     assert c['num_hidden_layers'] == 2
 
 
+SMOKE_ROWS = (('plain, reference code', 'none', None), ('plain', 'none', None), ('mtp_v256', 'mtp_v256', 2),
+              ('draft2', 'draft2', 'adaptive'), ('ngram', 'ngram', 'heuristic'))
+
 def test_peer_bench_smoke():
-    rows, table = peer_bench('tiny', n_prompts=1, new_tokens=8, repeats=1, temperatures=(0.0,), assistant_tokens=(2,))
-    assert len(rows) == 9 and 'ours plain / transformers plain' in table
+    "transformers and ours on the tiny family: every greedy row writes our plain text, tokens and passes are counted."
+    res = peer_bench('tiny', n_prompts=1, new_tokens=8, repeats=1, temperatures=(0.0,), engines=('transformers', 'ours'),
+                     assistant_tokens=(2,), lookup_tokens=(2,), our_rows=SMOKE_ROWS, progress=False)
+    rows = res['rows']
+    assert len(rows) == 4 + len(SMOKE_ROWS) and 'ours / transformers: plain' in format_peer_table(res)
     assert all(r['same_as_plain'] for r in rows), [(r['engine'], r['method'], r['k']) for r in rows if not r['same_as_plain']]
     assert all(r['tokens'] == 8 for r in rows)
+    assert all(1 <= r['tokens_per_pass'] <= 3 for r in rows)          # k <= 2 here: at most 3 tokens a pass
+    assert res['meta']['cpu']['model'] and res['meta']['pass_ms']['ours'] > 0
+
+
+def test_peer_bench_refuses_bad_engines(tmp_path, monkeypatch):
+    "An unknown engine, or llama.cpp's tools missing: a one-line error before any work."
+    with pytest.raises(SmallemError, match='unknown engine'): peer_bench('tiny', engines=('vllm',))
+    monkeypatch.setenv('SMALLEM_LLAMA_BIN', str(tmp_path))
+    with pytest.raises(SmallemError, match='build_llama.sh'): peer_bench('tiny', engines=('llama.cpp',))
+
+
+def test_peer_bench_llama_rows():
+    "llama.cpp's tools on the cpu family (where tools/build_llama.sh has built them): greedy text is ours, guesses are counted."
+    try: llama_bin()
+    except SmallemError as e: pytest.skip(str(e))
+    res = peer_bench('cpu', n_prompts=1, new_tokens=64, repeats=1, temperatures=(0.0,), engines=('llama.cpp',),
+                     assistant_tokens=(2,), lookup_tokens=(2,), progress=False)
+    rows = {r['method']: r for r in res['rows']}
+    assert set(rows) == {'plain', 'speculative, draft2', 'prompt lookup'}
+    assert all(r['same_as_plain'] for r in rows.values()), rows
+    assert rows['plain']['tokens_per_pass'] == 1 and rows['speculative, draft2']['tokens_per_pass'] > 1.3
+    assert 0 < rows['speculative, draft2']['acceptance'] <= 1 and res['meta']['pass_ms']['llama.cpp'] > 0
