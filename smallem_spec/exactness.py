@@ -17,9 +17,10 @@ from .fast import FastSmallem
 from .verify import pair_test, position_test
 from .spec import speculative_generate
 from .mtp import make_proposer, parse_proposer
+from .proposers import lookup
 
 # %% auto #0
-__all__ = ['law_test', 'e2e_test', 'e2e_power', 'exactness_cli']
+__all__ = ['law_test', 'e2e_test', 'e2e_power', 'lookup_shift', 'exactness_cli']
 
 # %% ../nbs/08a_exactness.ipynb #c9723bbb
 @torch.inference_mode()
@@ -94,6 +95,17 @@ def e2e_power(target, makers:dict, layouts:dict, seeds=range(5), null_seeds=rang
                          rejected=r['stat'] >= r['threshold'], seconds=round(time.perf_counter() - t0, 1)))
         if out: Path(out).open('a').write(json.dumps(rows[-1]) + '\n')
     return rows
+
+# %% ../nbs/08a_exactness.ipynb #pw000003
+@torch.inference_mode()
+def lookup_shift(target, prompt, n=3, top=30):
+    "How far the realistic bug moves the n-gram proposer's first guess d after `prompt`: E over the first token (its `top` likeliest values) of p(d)(1 - p(d))."
+    p1 = torch.softmax(target(torch.tensor([prompt], device=target.device))[0, -1].float(), -1)
+    w, t1 = torch.topk(p1, top)
+    ctx = [prompt + [int(t)] for t in t1]
+    p2 = torch.softmax(target(torch.tensor(ctx, device=target.device))[:, -1].float(), -1)
+    pd = torch.tensor([float(p2[j, lookup(c, n, 1)[0]]) for j, c in enumerate(ctx)])
+    return float((w.cpu() * pd * (1 - pd)).sum())
 
 # %% ../nbs/08a_exactness.ipynb #53316a44
 def _toy_rows(a, row):

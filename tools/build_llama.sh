@@ -3,8 +3,9 @@
 # (plain decoding), llama-speculative (a draft model), llama-lookup (prompt lookup) and llama-bench.
 # Source: the llama.cpp that PyPI's llama-cpp-python 0.3.36 source distribution vendors (PyPI is reachable where GitHub
 # is not). Output: $SMALLEM_HOME/llama.cpp/0.3.36/bin (default ~/.cache/smallem_spec/...), which the benchmark finds.
-# Compiled for this CPU (-DGGML_NATIVE=ON), no GPU backend. Measured 2026-11, 2 cores: about 3 min on a quiet AMD EPYC,
-# about 8 min on the Intel Xeon kind. Nothing to do when the tools are already there.
+# Compiled for this CPU (-DGGML_NATIVE=ON), no GPU backend, linked statically to llama.cpp (the binaries can be moved).
+# Measured 2026-11-30 on the Intel Xeon kind, 2 cores: about 8 minutes on an otherwise idle machine; nothing to do when the
+# tools are already there.
 set -euo pipefail
 VER=0.3.36
 HOME_DIR=${SMALLEM_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/smallem_spec}
