@@ -316,7 +316,8 @@ def _ints(s):
 # %% ../nbs/10_bench.ipynb #bcd3ddaf
 def bench_cli(argv=None):
     "Command line: the speculative decoding benchmark."
-    p = argparse.ArgumentParser(prog='smallem_bench', description='Benchmark speculative decoding: every proposer against the target alone, with the cost model.')
+    p = argparse.ArgumentParser(prog='smallem_bench', description='Benchmark speculative decoding: every proposer against the target alone, with the cost model.',
+                                epilog='smallem_bench --peers runs the peer benchmark instead: llama.cpp, transformers and ours (smallem_bench --peers --help).')
     p.add_argument('--preset', default=None, help='tiny, cpu or article (default: $SMALLEM_PRESET, else by device)')
     p.add_argument('--prompts', type=int, default=4, help='validation prompts of 32 tokens (the article: 8)')
     p.add_argument('--new-tokens', type=int, default=100, help='tokens generated per prompt (the article: 200)')
@@ -331,20 +332,11 @@ def bench_cli(argv=None):
     p.add_argument('--json', default=None, help='write the rows as JSON here')
     p.add_argument('--plot', default=None, help='write the figure as PNG here')
     p.add_argument('--reference', action='store_true', help='run everything on the reference model code instead of the fast path')
-    p.add_argument('--peers', action='store_true', help='instead, the peer benchmark: llama.cpp, transformers and ours on the same weights (smallem_spec.hf.peer_bench)')
-    p.add_argument('--engines', default='llama.cpp,transformers,ours', help='with --peers: comma-separated engines (llama.cpp needs tools/build_llama.sh)')
     a = p.parse_args(argv)
     try:                                        # refuse an unwritable output before minutes of work, creating nothing
         for opt, path in (('--json', a.json), ('--plot', a.plot)):
             if path: check_writable(path, opt)
     except SmallemError as e: p.exit(2, f"smallem_bench: error: {e}\n")
-    if a.peers:
-        from smallem_spec.hf import peer_bench, format_peer_table
-        try: res = peer_bench(a.preset, a.prompts, a.new_tokens, a.repeats, tuple(a.temperature), tuple(e.strip() for e in a.engines.split(',') if e.strip()))
-        except SmallemError as e: p.exit(2, f"smallem_bench: error: {e}\n")
-        print(format_peer_table(res))
-        if a.json: Path(a.json).write_text(json.dumps(res, indent=1) + '\n'); print(f"result written to {a.json}")
-        return
     try:
         res = bench(a.preset, a.prompts, a.new_tokens, [x.strip() for x in a.proposers.split(',') if x.strip()], a.k,
                     a.temperature, a.batch, a.repeats, fast=not a.reference, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p)

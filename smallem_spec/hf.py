@@ -19,13 +19,13 @@ from .generate import generate, pass_times
 from .train import load_or_train
 from .fused import cpu_info
 from .fast import FastSmallem
-from .bench import run_config, measure_costs
+from .bench import run_config, measure_costs, bench_cli, _floats
 
 # %% auto #0
 __all__ = ['GGUF_ARCH', 'GGUF_DTYPES', 'LLAMA_VERSION', 'LLAMA_TOOLS', 'OUR_ROWS', 'PEER_ENGINES', 'hf_config', 'hf_state_dict',
            'hf_tokenizer_config', 'export_hf', 'hf_parity', 'export_cli', 'gguf_hparams', 'rope_interleave',
            'gguf_tensors', 'gguf_vocab', 'export_gguf', 'gguf_parity', 'export_gguf_cli', 'llama_bin', 'llama_generate',
-           'llama_bench_tg', 'peer_bench', 'peer_ratios', 'format_peer_table']
+           'llama_bench_tg', 'peer_bench', 'peer_ratios', 'format_peer_table', 'bench_main']
 
 # %% ../nbs/11_interop.ipynb #cd35d0bf
 def hf_config(cfg:ModelConfig, dtype:torch.dtype=torch.float32) -> dict:
@@ -556,3 +556,25 @@ def format_peer_table(result:dict) -> str:
             b = v['rows'][e]['best']
             lines.append(f"ours / {e}: plain {q['plain']}x; best speculative {q['best']}x (ours: {_label(v['rows']['ours']['best'])}; theirs: {_label(b) if b else '-'})")
     return '\n'.join(lines)
+
+# %% ../nbs/11_interop.ipynb #pm000001
+def bench_main(argv=None):
+    "The `smallem_bench` command: with `--peers`, the peer benchmark; otherwise `bench.bench_cli`, the proposers against the target alone."
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if '--peers' not in argv: return bench_cli(argv)
+    p = argparse.ArgumentParser(prog='smallem_bench --peers', description='The peer benchmark: llama.cpp, transformers and ours on the same weights and prompts, batch 1.')
+    p.add_argument('--peers', action='store_true', help='this benchmark')
+    p.add_argument('--preset', default=None, help='tiny, cpu or article (default: $SMALLEM_PRESET, else by device)')
+    p.add_argument('--prompts', type=int, default=8, help='validation prompts of 32 tokens')
+    p.add_argument('--new-tokens', type=int, default=200, help='tokens generated per prompt')
+    p.add_argument('--repeats', type=int, default=3, help='interleaved runs per row (median)')
+    p.add_argument('--temperature', type=_floats, default=[0.0, 1.0], help='comma-separated temperatures')
+    p.add_argument('--engines', default=','.join(PEER_ENGINES), help='comma-separated: llama.cpp (needs tools/build_llama.sh), transformers, ours')
+    p.add_argument('--json', default=None, help='write the result as JSON here')
+    a = p.parse_args(argv)
+    try:
+        if a.json: check_writable(a.json, '--json')
+        res = peer_bench(a.preset, a.prompts, a.new_tokens, a.repeats, tuple(a.temperature), tuple(e.strip() for e in a.engines.split(',') if e.strip()))
+    except SmallemError as e: p.exit(2, f"smallem_bench: error: {e}\n")
+    print(format_peer_table(res))
+    if a.json: Path(a.json).write_text(json.dumps(res, indent=1) + '\n'); print(f"result written to {a.json}")

@@ -8,7 +8,7 @@ from smallem_spec.corpus import load_tokenizer, validation_prompts, load_corpus,
 from smallem_spec.model import MODEL_NAMES
 from smallem_spec.train import load_or_train
 from smallem_spec.core import SmallemError
-from smallem_spec.hf import export_hf, hf_parity, peer_bench, format_peer_table, llama_bin
+from smallem_spec.hf import export_hf, hf_parity, peer_bench, format_peer_table, llama_bin, bench_main
 
 transformers = pytest.importorskip('transformers')
 LOGIT_TOL = 1e-4
@@ -133,3 +133,12 @@ def test_peer_bench_llama_rows():
     assert all(r['same_as_plain'] for r in rows.values()), rows
     assert rows['plain']['tokens_per_pass'] == 1 and rows['speculative, draft2']['tokens_per_pass'] > 1.3
     assert 0 < rows['speculative, draft2']['acceptance'] <= 1 and res['meta']['pass_ms']['llama.cpp'] > 0
+
+
+@pytest.mark.parametrize('argv, msg', [(['--peers', '--preset', 'tiny', '--engines', 'vllm'], 'unknown engine'),
+                                       (['--peers', '--json', '/nonexistent/dir/x.json'], 'cannot write --json')])
+def test_smallem_bench_peers_bad_values(argv, msg, capsys):
+    "`smallem_bench --peers` refuses bad values in one line, exit 2, before any work."
+    with pytest.raises(SystemExit) as e: bench_main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and msg in err[0], err
