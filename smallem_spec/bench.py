@@ -248,6 +248,8 @@ def verdict(result:dict) -> str:
         rs = [r for r in rows if r['batch'] == B and r['temperature'] == T]
         b = max(rs, key=lambda r: r['speedup']); mode = 'greedy' if T == 0 else f'T={T:g}'
         if b['speedup'] < 1.03: out.append(f"{mode}: nothing paid (best {b['proposer']} k={b['k']} x{b['speedup']:.2f})"); continue
+        if not isinstance(b['k'], int) and (b.get('mean_k') or 0) < 0.5:   # its gain is plain decoding's, i.e. noise
+            out.append(f"{mode}: nothing paid (best {b['proposer']} {b['k']} x{b['speedup']:.2f}, but its policy decoded plainly: mean k {b.get('mean_k') or 0:.1f})"); continue
         k = b['k'] if isinstance(b['k'], int) else round(b.get('mean_k') or 1)
         a1 = (b['alpha_per_position'] or [None])[0]
         which = f"{b['proposer']} k={b['k']}" if isinstance(b['k'], int) else f"{b['proposer']} with {b['k']} k (mean {b.get('mean_k', 0):.1f})"
@@ -329,7 +331,7 @@ def bench_cli(argv=None):
     p.add_argument('--min-p', type=float, default=None, help='filter every sampled row: tokens at least this share of the most likely one')
     p.add_argument('--batch', type=_ints, default=[1], help='comma-separated batch sizes')
     p.add_argument('--repeats', type=int, default=1, help='runs per configuration (median)')
-    p.add_argument('--json', default=None, help='write the rows as JSON here')
+    p.add_argument('--json', default=None, help='write the result as JSON here: meta (processor, its vector flags, torch, costs) and rows')
     p.add_argument('--plot', default=None, help='write the figure as PNG here')
     p.add_argument('--reference', action='store_true', help='run everything on the reference model code instead of the fast path')
     a = p.parse_args(argv)
@@ -342,5 +344,5 @@ def bench_cli(argv=None):
                     a.temperature, a.batch, a.repeats, fast=not a.reference, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p)
     except SmallemError as e: p.exit(2, f"smallem_bench: error: {e}\n")
     print(format_table(res))
-    if a.json: Path(a.json).write_text(json.dumps(res['rows'], indent=1) + '\n'); print(f"rows written to {a.json}")
+    if a.json: Path(a.json).write_text(json.dumps(res, indent=1) + '\n'); print(f"result written to {a.json} (meta: processor, versions, costs; rows)")
     if a.plot: plot_result(res, a.plot); print(f"figure written to {a.plot}")

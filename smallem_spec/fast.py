@@ -362,6 +362,7 @@ def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:in
     rates = machine_rates(mb, device=default_device())
     out = {'preset': preset, 'threads': torch.get_num_threads(), 'torch': torch.__version__, 'context': 200, 'device': default_device(),
            'cpu': cpu_info(), 'machine': {k: round(v, 2) for k, v in rates.items()}, 'models': {}}
+    if out['device'].startswith('cuda'): out['gpu'] = torch.cuda.get_device_name()   # the processor that ran the passes
     for name in models:
         ref = load_or_train(preset, name, progress=progress); fast = FastSmallem(ref)
         paths = {'fast': fast, 'script': FastSmallem(ref, kernel='script'), 'reference': ref}
@@ -381,10 +382,11 @@ def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:in
 
 # %% ../nbs/12_fast_path.ipynb #091e850c
 def format_kernels(res:dict) -> str:
-    "The kernel benchmark as a table."
+    "The kernel benchmark as a table (a result, or the same read back from its JSON)."
+    at = lambda d, k: d.get(k, d.get(str(k), float('nan')))   # JSON turns integer keys into strings
     m = res['machine']
     cpu = res.get('cpu', {})
-    lines = [f"{cpu.get('model', 'unknown processor')}; {res['preset']} preset, {res['threads']} threads, torch {res['torch']}; {res['context']} tokens cached",
+    lines = [f"{res['gpu'] + ' (host ' + cpu.get('model', '?') + ')' if res.get('gpu') else cpu.get('model', 'unknown processor')}; {res['preset']} preset, {res['threads']} threads, torch {res['torch']}; {res['context']} tokens cached",
              f"read bandwidth {m['bandwidth_gbs']:.1f} GB/s (large matrix: DRAM floor), {m['bandwidth_model_size_gbs']:.1f} GB/s (model-sized: floor); "
              f"fp32 products {m['matmul_gflops']:.1f} GFLOP/s",
              f"{'model':8s} {'path':9s} {'MB':>6s} {'floor':>6s} {'DRAM':>6s} {'t(1)':>6s} {'/floor':>6s} " + ' '.join(f'v({k})'.rjust(5) for k in range(1, 8))]
@@ -392,8 +394,8 @@ def format_kernels(res:dict) -> str:
         for path in ('fast', 'script', 'reference'):
             if path not in r: continue
             p, label = r[path], (f"fast:{r['fast_kernel']}" if path == 'fast' and 'fast_kernel' in r else path)
-            lines.append(f"{name:8s} {label:9s} {r['weight_mb']:6.1f} {r['floor_ms'][1]:6.2f} {r.get('dram_floor_ms', r['floor_ms'])[1]:6.2f} "
-                         f"{p['t_ms'][1]:6.2f} {p['t1_over_floor']:6.2f} " + ' '.join(f"{p['v'].get(k, float('nan')):5.2f}" for k in range(1, 8)))
+            lines.append(f"{name:8s} {label:9s} {r['weight_mb']:6.1f} {at(r['floor_ms'], 1):6.2f} {at(r.get('dram_floor_ms', r['floor_ms']), 1):6.2f} "
+                         f"{at(p['t_ms'], 1):6.2f} {p['t1_over_floor']:6.2f} " + ' '.join(f"{at(p['v'], k):5.2f}" for k in range(1, 8)))
     return '\n'.join(lines)
 
 def kernels_cli(argv=None):

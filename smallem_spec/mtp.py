@@ -105,4 +105,4 @@ def make_proposer(name:str, target, models:dict, preset:str|None=None):
     vocab = None if size is None else draft_vocab(preset or (getattr(target, 'manifest', None) or {}).get('preset'), size)
     if base in ('draft2', 'draft4'): return DraftProposer(models[base], vocab=vocab)
     if base == 'mtp': return MTPProposer(target, vocab=vocab)
-    return NGramProposer(3, target.cfg.vocab_size)
+    return NGramProposer(3, target.cfg.vocab_size, target.device)

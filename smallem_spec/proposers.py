@@ -25,15 +25,15 @@ def lookup(ctx:list[int], n:int, k:int) -> list[int]:
 
 class NGramProposer(Proposer):
     "Prompt lookup: proposes the continuation of the last n tokens' most recent earlier occurrence."
-    def __init__(self, n:int=3, vocab_size:int|None=None):
+    def __init__(self, n:int=3, vocab_size:int|None=None, device='cpu'):   # device: where the guesses go (the target's)
         if not isinstance(n, int) or n < 1: raise SmallemError(f"n must be an integer >= 1 (got {n!r})")
-        self.n, self.vocab_size = n, vocab_size
+        self.n, self.vocab_size, self.device = n, vocab_size, torch.device(device)
     def __repr__(self): return f"NGramProposer(n={self.n})"
     def start(self, prompts, first_tokens, hidden=None, capacity=None):
         self.ctx = [list(p) + [t] for p, t in zip(prompts, first_tokens)]
     def propose(self, rows, ks, temperature=0.0, generator=None):
         K = max(ks)
-        d = torch.tensor([lookup(self.ctx[r], self.n, K) for r in rows])
+        d = torch.tensor([lookup(self.ctx[r], self.n, K) for r in rows], device=self.device)
         q = torch.nn.functional.one_hot(d, self.vocab_size).float() if temperature > 0 else None
         return d, q
     def accept(self, rows, emitted, hidden=None):
@@ -42,7 +42,7 @@ class NGramProposer(Proposer):
 # %% ../nbs/07_drafters.ipynb #e48fcf3c
 def ngram_for(target, n:int=3) -> NGramProposer:
     "An n-gram proposer speaking the target's vocabulary."
-    return NGramProposer(n, target.cfg.vocab_size)
+    return NGramProposer(n, target.cfg.vocab_size, target.device)
 
 # %% ../nbs/07_drafters.ipynb #5c256363
 def acceptance_profile(target, make_proposer, prompts, k:int=6, temperature:float=0.0, new_tokens:int=200, seed:int=0) -> dict:

@@ -83,7 +83,8 @@ def test_bench_small(tmp_path):
             '--temperature', '0,1', '--batch', '1,2', '--json', str(j), '--plot', str(png))
     assert r.returncode == 0, r.stderr[-2000:]
     import json
-    rows = json.loads(j.read_text())
+    res = json.loads(j.read_text()); rows = res['rows']
+    assert res['meta']['cpu_info']['model'] and res['meta']['torch'] == __import__('torch').__version__   # the file says where it was measured
     keys = {'proposer', 'k', 'temperature', 'batch', 'tokens_per_s', 'speedup', 'alpha_per_position', 'tokens_per_round', 'predicted_speedup', 'identical'}
     assert all(keys <= set(r) for r in rows)
     assert len(rows) == 2 * 2 * (2 + 3 * 3), len(rows)     # target alone on the fast path and on the reference code, 9 speculative rows

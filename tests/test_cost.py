@@ -118,3 +118,16 @@ def test_measure_v(target):
     "v(k) = t(k+1)/t(1), measured on the library's own pass timer (it once raised NameError)."
     m = measure_v(target, kmax=2, context=40, reps=3)
     assert set(m['v']) == {0, 1, 2} and m['v'][0] == 1.0 and m['t1'] > 0 and all(x > 0 for x in m['v'].values())
+
+def test_verdict_says_what_paid():
+    "The main job's last line: a fixed k that paid is named with its costs; an adaptive row whose policy decoded plainly is"
+    "not called a gain (its ×1.04 is plain decoding's noise; a GPU run once printed 'draft4 with adaptive k (mean 0.0) paid most')."
+    from smallem_spec.bench import verdict
+    row = lambda p, k, T, s, mk=None: dict(proposer=p, k=k, temperature=T, batch=1, speedup=s, mean_k=mk, c=0.3, alpha_per_position=[0.8])
+    res = {'meta': {'gpu': None, 'cpu': 'Some CPU', 'costs': {'1': {'v': {'2': 1.1, '3': 1.2}, 'c': {'draft2': 0.3, 'mtp': 0.2}}}},
+           'rows': [row('none', 0, 0.0, 1.0), row('mtp', 2, 0.0, 1.5), row('draft2', 'adaptive', 0.0, 0.97, 0.2),
+                    row('mtp', 2, 1.0, 0.9), row('draft2', 'adaptive', 1.0, 1.04, 0.0)]}
+    v = verdict(res)
+    assert v.startswith('Verdict on Some CPU, batch 1: greedy: mtp k=2 paid most, x1.50 (a verify pass over 3 tokens costs 1.10'), v
+    assert 'T=1: nothing paid (best draft2 adaptive x1.04, but its policy decoded plainly: mean k 0.0)' in v, v
+    assert 'slower than the target alone at every k: draft2' in v, v

@@ -106,3 +106,13 @@ def test_bad_input(cpu_models, prompts):
     with pytest.raises(SmallemError, match='does not match'): verify_greedy(torch.zeros(2, 3, 10), torch.zeros(2, 3, dtype=torch.long))
     out, _ = speculative_generate(t, d, prompts[:1], 5, 2)   # still usable afterwards
     assert len(out[0]) == 5
+
+def test_ngram_guesses_on_the_targets_device():
+    "The n-gram proposer's guesses live where the target's tensors do (on CUDA they were once left on the CPU: the"
+    "first round failed in torch.cat; found by tools/gpu_check.sh). The meta device stands in for a GPU here."
+    from smallem_spec.proposers import NGramProposer
+    p = NGramProposer(3, 50, device='meta'); p.start([[1, 2, 3, 1, 2]], [3])
+    d, q = p.propose([0], [2], temperature=1.0)
+    assert d.device.type == 'meta' and q.device.type == 'meta' and d.shape == (1, 2)
+    class Target: device, cfg = torch.device('meta'), type('C', (), {'vocab_size': 50})
+    assert make_proposer('ngram', Target(), {}).device.type == 'meta'
