@@ -17,7 +17,7 @@ from .fused import cpu_info, load_kernel, decide_sampled
 from .fast import FastSmallem
 from .verify import _sampled, _greedy, _greedy_row
 from .spec import speculative_generate, SpecStats
-from .mtp import PROPOSERS, parse_proposer, make_proposer
+from .mtp import PROPOSERS, DRAFTERS, parse_proposer, make_proposer
 from .cost import AdaptiveK, HeuristicK, expected_tokens_pos
 
 # %% auto #0
@@ -201,7 +201,7 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     ref = load_or_train(preset, 'target', device=device)
     wrap = FastSmallem if fast else (lambda m: m)
     target = wrap(ref)
-    models = {b: wrap(load_or_train(preset, b, device=device)) for b in {parse_proposer(p)[0] for p in proposers} if b in ('draft2', 'draft4')}
+    models = {b: wrap(load_or_train(preset, b, device=device)) for b in {parse_proposer(p)[0] for p in proposers} if b in DRAFTERS}
     prompts = validation_prompts(preset, n=n_prompts, length=32)
     configs = [(p, k) for p in proposers for k in ks] + ([('none', 'reference')] if fast else [])   # the target alone on the reference code
     bar = tqdm(total=repeats * len(temperatures) * len(batches) * (len(configs) + 2) + 1, desc='smallem_bench', disable=not progress)

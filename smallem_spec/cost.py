@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_cost_model.ipynb #a0a42585
 from __future__ import annotations
-import time
+import math, time
 from fastcore.basics import patch
 from .core import SmallemError
 from .generate import pass_times
@@ -65,12 +65,13 @@ class AdaptiveK:
                  probe_rounds:int=4,       # speculative rounds a probe lasts, at least k0 guesses each (its first pays the proposer's catch-up and is not timed)
                  plain_every:int=64,       # re-time plain steps after this many rounds
                  margin:float=0.02,        # speculate only where a k is predicted to beat plain steps by this much
-                 backoff:int=2):           # how much longer each stretch of plain steps is than the last, after a probe that failed
+                 backoff:int=2,            # how much longer each stretch of plain steps is than the last, after a probe that failed
+                 probe_share:float=0.03):  # and at least long enough that the next probe is expected to lose no more than this share of it
         if kmax < 1: raise SmallemError(f"kmax must be >= 1 (got {kmax})")
         self.kmax, self.c, self.v, self.host, self.decay, self.prior = kmax, c, v, host, decay, prior
         self.acc, self.seen = [0.0] * kmax, [0.0] * kmax
         self.k0, self.k, self.steps, self.timed, self.plain_every, self.margin = min(k0, kmax), min(k0, kmax), 1, timed, plain_every, margin
-        self.backoff, self.stretch = backoff, probe_every
+        self.backoff, self.stretch, self.probe_share = backoff, probe_every, probe_share
         self.probe_every, self.probe_rounds, self._burst = probe_every, probe_rounds, probe_rounds   # the first rounds are a probe
         self.t_plain, self.rounds, self._t0, self._prev, self._hs, self.costs, self._left = None, 0, None, 0, [], {}, 0
         self.timed_rounds, self._ts = {}, {}            # k -> rounds of that k timed so far, the last costs timed
@@ -105,7 +106,8 @@ def choose(self:AdaptiveK) -> int:
     elif self.t_plain is None or self.rounds % self.plain_every == 0: k, self.steps = 0, 4     # time plain steps
     elif self._burst > 0: self._burst -= 1; k = max(k, self.k0)   # a probe: speculate, at least k0 guesses (one guess tells little of the next)
     elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3:   # no k pays, by what the best one was seen to cost
-        k, self.steps, self._burst = 0, self.stretch, self.probe_rounds
+        loss = self.probe_rounds * self.cost(k) * (1 - g[k])    # plain steps the next probe is expected to lose (probing at k)
+        k, self.steps, self._burst = 0, max(self.stretch, math.ceil(loss / self.probe_share)), self.probe_rounds
         self.stretch = min(self.backoff * self.stretch, 64 * self.probe_every)
     else: self.stretch = self.probe_every
     self.k, self._t0 = k, time.perf_counter()

@@ -16,7 +16,7 @@ from .generate import generate, sampling, Sampling, probs_at
 from .fast import FastSmallem
 from .verify import pair_test, position_test
 from .spec import speculative_generate
-from .mtp import make_proposer, parse_proposer
+from .mtp import DRAFTERS, make_proposer, parse_proposer
 from .proposers import lookup
 
 # %% auto #0
@@ -125,7 +125,7 @@ def _e2e_setup(a, fail):
         base = parse_proposer(a.proposer)[0]
         preset = preset_name(a.preset); wrap = (lambda m: m) if a.reference else FastSmallem
         target = wrap(load_or_train(preset, 'target'))
-        models = {base: wrap(load_or_train(preset, base))} if base in ('draft2', 'draft4') else {}
+        models = {base: wrap(load_or_train(preset, base))} if base in DRAFTERS else {}
         mk = lambda: make_proposer(a.proposer, target, models, preset); mk()
     except (SmallemError, ImportError) as e: fail(f"smallem_exactness: error: {e}\n")
     return target, mk, preset, base
@@ -134,7 +134,7 @@ def _e2e_rows(a, row, target, mk, preset, base):
     "The proposer against plain sampling on the trained models, with the controls and the power check."
     prompt, path = validation_prompts(preset, n=1)[0], 'reference' if a.reference else 'fast path'
     T, filt = a.sampling, isinstance(a.sampling, Sampling)
-    modes = [('speculative', True), ('accept', False)] + ([('draft', False)] if base in ('draft2', 'draft4') else []) + [('biased', None)]
+    modes = [('speculative', True), ('accept', False)] + ([('draft', False)] if base in DRAFTERS else []) + [('biased', None)]
     for mode, exp in modes + ([('raw_q', False), ('bonus_only', False)] if filt else []):
         r = e2e_test(target, mk, prompt, a.e2e, temperature=T, seed=a.seed, mode=mode)
         label = {'speculative': f'(e2e) {preset} target + {a.proposer} ({path}, {T!r}), tokens 2-3', 'accept': '(e2e) control: every proposal accepted',

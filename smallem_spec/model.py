@@ -42,14 +42,14 @@ PRESETS = {  # shared sizes of a family, and the number of layers of each member
     'cpu':     dict(dim=192, n_heads=3, ffn_dim=512,  max_seq_len=256, layers=dict(target=8, draft2=2, draft4=4)),
     'article': dict(dim=384, n_heads=6, ffn_dim=1024, max_seq_len=512, layers=dict(target=8, draft2=2, draft4=4)),
 }
-MODEL_NAMES = ('target', 'target_nomtp', 'draft2', 'draft4')
+MODEL_NAMES = ('target', 'target_nomtp', 'draft2', 'draft4', 'draft2_kd', 'draft4_kd')   # _kd: the drafter distilled toward the target (03_train)
 
 def model_config(preset:str|None=None, name:str='target') -> ModelConfig:
     "The configuration of model `name` of a preset's family."
     preset = preset_name(preset)
     if name not in MODEL_NAMES: raise SmallemError(f"unknown model name {name!r}; choose one of {', '.join(MODEL_NAMES)}")
     p = dict(PRESETS[preset]); layers = p.pop('layers')
-    return ModelConfig(vocab_size=VOCAB_SIZES[preset], n_layers=layers[name.replace('_nomtp', '')], mtp=name == 'target', **p)
+    return ModelConfig(vocab_size=VOCAB_SIZES[preset], n_layers=layers[name.replace('_nomtp', '').replace('_kd', '')], mtp=name == 'target', **p)
 
 # %% ../nbs/02_model.ipynb #8a6886e1
 class RMSNorm(nn.Module):

@@ -14,7 +14,7 @@ from .proposers import NGramProposer
 from .corpus import draft_vocab
 
 # %% auto #0
-__all__ = ['PROPOSERS', 'MTPProposer', 'parse_proposer', 'make_proposer']
+__all__ = ['PROPOSERS', 'DRAFTERS', 'MTPProposer', 'parse_proposer', 'make_proposer']
 
 # %% ../nbs/08_mtp.ipynb #484f3b0d
 class MTPProposer(Proposer):
@@ -91,18 +91,19 @@ def finish(self:MTPProposer):
 
 # %% ../nbs/08_mtp.ipynb #c08r0002
 PROPOSERS = ('draft2', 'draft2_v1024', 'draft4', 'mtp', 'mtp_v1024', 'ngram')   # the benchmark's default set (draft vocabularies: 12b_draft_vocab)
+DRAFTERS = ('draft2', 'draft4', 'draft2_kd', 'draft4_kd')   # drafter models by name (_kd: distilled toward the target, 03_train)
 
 def parse_proposer(name:str) -> tuple[str, int|None]:
-    "A proposer's name: draft2, draft4, mtp or ngram, and for the first three `_v<N>`: guesses among the N most frequent tokens only."
+    "A proposer's name: a drafter (draft2, draft4, draft2_kd, draft4_kd), mtp or ngram, and for all but ngram `_v<N>`: guesses among the N most frequent tokens only."
     base, sep, v = str(name).partition('_v')
-    if base not in ('draft2', 'draft4', 'mtp', 'ngram') or (sep and (base == 'ngram' or not v.isdigit() or int(v) < 1)):
-        raise SmallemError(f"unknown proposer {name!r}; choose from draft2, draft4, mtp, ngram, or draft2_v<N>, draft4_v<N>, mtp_v<N> (a draft vocabulary of N tokens)")
+    if base not in DRAFTERS + ('mtp', 'ngram') or (sep and (base == 'ngram' or not v.isdigit() or int(v) < 1)):
+        raise SmallemError(f"unknown proposer {name!r}; choose from {', '.join(DRAFTERS)}, mtp, ngram, or any of these but ngram with _v<N> (a draft vocabulary of N tokens)")
     return base, int(v) if v else None
 
 def make_proposer(name:str, target, models:dict, preset:str|None=None):
     "A fresh proposer by name (`models` holds the drafters by their base name)."
     base, size = parse_proposer(name)
     vocab = None if size is None else draft_vocab(preset or (getattr(target, 'manifest', None) or {}).get('preset'), size)
-    if base in ('draft2', 'draft4'): return DraftProposer(models[base], vocab=vocab)
+    if base in DRAFTERS: return DraftProposer(models[base], vocab=vocab)
     if base == 'mtp': return MTPProposer(target, vocab=vocab)
     return NGramProposer(3, target.cfg.vocab_size, target.device)

@@ -19,8 +19,8 @@ from .corpus import load_tokens, load_tokenizer, tokenizer_hash, token_ranking_f
 from .model import Smallem, model_config, MODEL_NAMES
 
 # %% auto #0
-__all__ = ['TRAIN_PRESETS', 'TrainConfig', 'lr_at', 'losses', 'train_batch', 'evaluate', 'default_device', 'train_model',
-           'save_checkpoint', 'load_checkpoint', 'load_or_train', 'train_cli']
+__all__ = ['TRAIN_PRESETS', 'TrainConfig', 'lr_at', 'losses', 'distill_losses', 'train_batch', 'evaluate', 'default_device',
+           'train_model', 'save_checkpoint', 'load_checkpoint', 'load_or_train', 'train_cli']
 
 # %% ../nbs/03_train.ipynb #47205aa8
 @dataclass
@@ -63,6 +63,13 @@ def losses(model:Smallem, x:torch.Tensor):  # x: [B, T+1] tokens
     mtp = F.cross_entropy(ml.flatten(0, 1).float(), tgt[:, 1:].flatten())
     acc = (ml.argmax(-1) == tgt[:, 1:]).float().mean()
     return main, mtp, acc
+
+def distill_losses(model:Smallem, teacher:Smallem, x:torch.Tensor):  # x: [B, T+1] tokens
+    "The text's next-token loss (reported) and KL(p || q), the teacher's law p against the student's q, per token (trained on)."
+    inp, tgt = x[:, :-1], x[:, 1:]
+    with torch.no_grad(): lp = F.log_softmax(teacher(inp).float(), -1).flatten(0, 1)
+    lq = F.log_softmax(model(inp).float(), -1).flatten(0, 1)
+    return F.nll_loss(lq, tgt.flatten()), F.kl_div(lq, lp, log_target=True, reduction='batchmean')
 
 # %% ../nbs/03_train.ipynb #2edd03aa
 def train_batch(data:TokenData, tc:TrainConfig, g:torch.Generator, device) -> torch.Tensor:  # [B, T+1]
@@ -109,12 +116,15 @@ def _load_state(path:Path, run:dict, model, opt, g) -> tuple[int, list, float]:
     return st['step'], st['hist'], st['seconds']
 
 # %% ../nbs/03_train.ipynb #98dd55a0
-def _train_step(model, opt, data, tc, g, device, amp, step:int) -> float:
-    "One optimisation step at `step`'s learning rate; returns the main loss."
+def _train_step(model, opt, data, tc, g, device, amp, step:int, teacher=None) -> float:
+    "One optimisation step at `step`'s learning rate; returns the main loss (on the text, also when distilling)."
     for grp in opt.param_groups: grp['lr'] = lr_at(step, tc)
     x = train_batch(data, tc, g, device)
-    with amp: main, mtp, _ = losses(model, x)
-    loss = main + tc.mtp_weight * mtp if mtp is not None else main
+    if teacher is not None:                        # a distilled drafter learns the target's law, not the text's token
+        with amp: main, loss = distill_losses(model, teacher, x)
+    else:
+        with amp: main, mtp, _ = losses(model, x)
+        loss = main + tc.mtp_weight * mtp if mtp is not None else main
     opt.zero_grad(set_to_none=True); loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip); opt.step()
     return main.item()
@@ -142,12 +152,16 @@ def train_model(preset:str|None=None, name:str='target', tc:TrainConfig|None=Non
     opt = torch.optim.AdamW([{'params': decay, 'weight_decay': tc.weight_decay}, {'params': other, 'weight_decay': 0.}],
                             lr=tc.lr, betas=(0.9, 0.95), fused=device == 'cuda')
     run = {'preset': preset, 'name': name, 'train_config': asdict(tc)}
+    teacher = None
+    if name.endswith('_kd'):                       # distilled toward the family's target, which must exist (trained first by `--name all`)
+        teacher = load_or_train(preset, 'target', device=device, progress=progress).requires_grad_(False)
+        run['teacher'] = (getattr(teacher, 'manifest', None) or {}).get('weights_sha256')
     start, hist, before = _load_state(state, run, model, opt, g) if state is not None and Path(state).exists() else (0, [], 0.)
     amp = torch.autocast('cuda', dtype=torch.bfloat16) if device == 'cuda' else torch.autocast('cpu', enabled=False)
     t0, step = time.time(), start - 1
     bar = tqdm(range(start, tc.steps), initial=start, total=tc.steps, desc=f'{preset}/{name}', disable=not progress, mininterval=2)
     for step in bar:
-        main = _train_step(model, opt, data, tc, g, device, amp, step)
+        main = _train_step(model, opt, data, tc, g, device, amp, step, teacher)
         el = time.time() - t0
         bar.set_postfix(loss=f'{main:.3f}', tok_s=f'{(step + 1 - start) * tc.batch_size * tc.seq_len / el:,.0f}', refresh=False)
         stop = (minutes is not None and el > minutes * 60) or (until is not None and step + 1 >= until)
@@ -160,7 +174,9 @@ def train_model(preset:str|None=None, name:str='target', tc:TrainConfig|None=Non
                 _save_state(Path(state), run, model, opt, g, step + 1, hist, before + time.time() - t0)
                 return None, {'preset': preset, 'name': name, 'steps': step + 1, 'of': tc.steps, 'finished': False}
             break
-    return model, _record(model, data, tc, preset, name, step + 1, before + time.time() - t0, device, amp, hist)
+    rec = _record(model, data, tc, preset, name, step + 1, before + time.time() - t0, device, amp, hist)
+    if teacher is not None: rec['teacher'] = {'name': 'target', 'weights_sha256': run['teacher'], 'loss': 'KL(p_target || q) per token, no text term'}
+    return model, rec
 
 # %% ../nbs/03_train.ipynb #ccfebaa0
 def _sha256(path:Path) -> str:

@@ -11,7 +11,7 @@ def test_committed_models_present_and_small():
     files = [CPU/f'{n}.{e}' for n in MODEL_NAMES for e in ('safetensors', 'json')] + [CPU/'tokenizer.json']
     assert all(f.exists() for f in files), [str(f) for f in files if not f.exists()]
     size = sum(f.stat().st_size for f in CPU.iterdir())
-    assert size <= 32 * 2**20, f"models/cpu holds {size/2**20:.1f} MB, over 32 MB"
+    assert size <= 48 * 2**20, f"models/cpu holds {size/2**20:.1f} MB, over 48 MB"   # the limit of the family issue (16)
 
 @pytest.mark.parametrize('name', MODEL_NAMES)
 def test_load_fast(name):

@@ -1,9 +1,9 @@
 """Chi-squared tests of speculative sampling, each with its negative control.
 Every chi-squared test rejects at the 0.1% level. With fixed seeds the file is deterministic; over fresh seeds (or after a
-change to the order of the draws) a correct sampler fails some test of this file with probability at most 2.7% (union
-bound; 1 - 0.999^27 = 2.66% if they were independent), for it runs 27 of them: the pair test (1), four per-position
-cases of 3 positions each (12), the end-to-end test's tokens 2 and 3 (2), and tokens 2 and 3 for each of six more
-end-to-end cases (12). The negative controls are not counted: they must reject."""
+change to the order of the draws) a correct sampler fails some test of this file with probability at most 3.3% (union
+bound; 1 - 0.999^33 = 3.25% if they were independent), for it runs 33 of them: the pair test (1), four per-position
+cases of 3 positions each (12), the end-to-end test's tokens 2 and 3 (2), and tokens 2 and 3 for each of nine more
+end-to-end cases (18). The negative controls are not counted: they must reject."""
 import pytest, torch
 from smallem_spec.verify import pair_test, position_test, verify_sampled
 from smallem_spec.exactness import e2e_test, lookup_shift
@@ -55,7 +55,7 @@ def test_end_to_end_draft2(cpu_models, prompts):
 def fast(cpu_models):
     return {n: FastSmallem(m) for n, m in cpu_models.items()}
 
-@pytest.mark.parametrize('name', ['draft2', 'draft4', 'mtp', 'ngram'])
+@pytest.mark.parametrize('name', ['draft2', 'draft4', 'mtp', 'ngram', 'draft2_kd', 'draft4_kd'])
 def test_end_to_end_distinct_prompts(fast, prompts, name):
     """Every proposer on the fast path, batches of 250 rows over 8 distinct prompts, 4,000 continuations: tokens 2 and 3
     against the target's exact law given each row's own context (2 tests at 0.1%). The CI twin of the slow end-to-end
@@ -65,15 +65,17 @@ def test_end_to_end_distinct_prompts(fast, prompts, name):
     r = e2e_test(fast['target'], lambda: make_proposer(name, fast['target'], fast), prompts[0], 4000, seed=7, chunk=250, prompts=prompts)
     assert r['stat'] < r['threshold'], f"{name}: chi2 {r['stat']:.1f} >= {r['threshold']:.1f} (false-failure rate at most 0.2%)"
 
-@pytest.mark.parametrize('name', ['draft2', 'ngram'])
+@pytest.mark.parametrize('name', ['draft2', 'ngram', 'draft2_kd'])
 def test_end_to_end_power_one_row_at_a_time(fast, prompts, name):
-    """draft2 and the n-gram proposer on the fast path, B = 1 (4,000 separate generations): the correct rule passes
+    """draft2, the n-gram proposer and the distilled draft2 on the fast path, B = 1 (4,000 separate generations): the correct rule passes
     (2 tests at 0.1%) and the realistic bug, the correction drawn from p instead of the residual, is rejected. The n-gram
     proposer gets the validation prompt where that bug moves its first guess most (`lookup_shift`): after most prompts
     its guess is a token the target hardly allows, where the bug hardly acts. The rejection rate over seeds, at 8,000
     generations and for every proposer, is measured in 08a_exactness (`e2e_power`, nbs/bench/e2e_power.json)."""
     t = fast['target']; mk = lambda: make_proposer(name, t, fast)
-    p = prompts[0] if name != 'ngram' else max(prompts, key=lambda q: lookup_shift(t, q))
+    # the distilled draft2 is so close to the target that the bug hardly shows after most prompts; the 8th showed it most
+    # in a scan at other seeds (100, 101; 3,000 generations: 100 and 120 against about 73, the first prompt 52 and 63)
+    p = {'ngram': max(prompts, key=lambda q: lookup_shift(t, q)), 'draft2_kd': prompts[7]}.get(name, prompts[0])
     r = e2e_test(t, mk, p, 4000, seed=7, chunk=1)
     assert r['stat'] < r['threshold'], f"{name}: chi2 {r['stat']:.1f} >= {r['threshold']:.1f} (false-failure rate at most 0.2%)"
     r = e2e_test(t, mk, p, 4000, seed=7, chunk=1, mode='biased')
