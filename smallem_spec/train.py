@@ -141,7 +141,8 @@ def _record(model, data, tc, preset, name, steps, seconds, device, amp, hist) ->
 def train_model(preset:str|None=None, name:str='target', tc:TrainConfig|None=None, minutes:float|None=None,
                 device=None, progress:bool=True, data:TokenData|None=None,
                 state:Path|None=None,        # resumable: the run saves itself here at every evaluation and when it stops, and goes on from it
-                until:int|None=None          # with `state`: stop after this many steps in all (a test's way to interrupt a run)
+                until:int|None=None,         # with `state`: stop after this many steps in all (a test's way to interrupt a run)
+                teacher:Smallem|None=None    # for a `_kd` drafter: the target it learns from (default: the family's, by `load_or_train`)
                ) -> tuple[Smallem|None, dict]:
     "Train model `name` of a preset's family; returns the model and its training record (the model is None for a resumable run stopped early)."
     preset = preset_name(preset); tc = tc or TRAIN_PRESETS[preset]; device = device or default_device()
@@ -152,9 +153,9 @@ def train_model(preset:str|None=None, name:str='target', tc:TrainConfig|None=Non
     opt = torch.optim.AdamW([{'params': decay, 'weight_decay': tc.weight_decay}, {'params': other, 'weight_decay': 0.}],
                             lr=tc.lr, betas=(0.9, 0.95), fused=device == 'cuda')
     run = {'preset': preset, 'name': name, 'train_config': asdict(tc)}
-    teacher = None
-    if name.endswith('_kd'):                       # distilled toward the family's target, which must exist (trained first by `--name all`)
-        teacher = load_or_train(preset, 'target', device=device, progress=progress).requires_grad_(False)
+    if not name.endswith('_kd'): teacher = None
+    else:                                          # distilled toward the family's target (trained first by `--name all`)
+        teacher = (teacher if teacher is not None else load_or_train(preset, 'target', device=device, progress=progress)).to(device).eval().requires_grad_(False)
         run['teacher'] = (getattr(teacher, 'manifest', None) or {}).get('weights_sha256')
     start, hist, before = _load_state(state, run, model, opt, g) if state is not None and Path(state).exists() else (0, [], 0.)
     amp = torch.autocast('cuda', dtype=torch.bfloat16) if device == 'cuda' else torch.autocast('cpu', enabled=False)
@@ -243,7 +244,7 @@ def _cli_error(parser, msg):
 
 def train_cli(argv=None):
     "Command line: train models of a preset's family."
-    p = argparse.ArgumentParser(prog='smallem_train', description='Train the Smallem family (target with MTP module, target_nomtp, draft2, draft4).')
+    p = argparse.ArgumentParser(prog='smallem_train', description='Train the Smallem family (target with MTP module, target_nomtp, draft2, draft4, and draft2_kd, draft4_kd distilled toward the target).')
     p.add_argument('--preset', default=None, help='tiny, cpu or article (default: $SMALLEM_PRESET, else by device)')
     p.add_argument('--name', default='all', help=f"one of {', '.join(MODEL_NAMES)}, or all (default)")
     p.add_argument('--steps', type=int, default=None, help='optimisation steps (default: the preset\'s)')
@@ -265,7 +266,8 @@ def train_cli(argv=None):
         out.mkdir(parents=True, exist_ok=True)
         for n in names:
             st = out/f'{n}.state.pt' if a.resume else None
-            model, rec = train_model(preset, n, tc, a.minutes, data=data, state=st)
+            teacher = load_checkpoint(out, 'target', preset) if n.endswith('_kd') and (out/'target.json').exists() else None   # the target beside it
+            model, rec = train_model(preset, n, tc, a.minutes, data=data, state=st, teacher=teacher)
             if model is None:
                 print(f"{n}: stopped after step {rec['steps']} of {rec['of']}; the same command goes on from {st}", flush=True); continue
             cmd = (f"smallem_train --preset {preset} --name {n} --steps {tc.steps}" + (f" --minutes {a.minutes}" if a.minutes else "")

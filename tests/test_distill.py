@@ -33,3 +33,14 @@ def test_distilled_drafter_is_closer_to_its_teacher(tiny_pair):
     assert kl_kd < 0.5 * kl_plain, (kl_kd, kl_plain)
     assert agree['kd'] >= agree['plain'], agree
     assert rec['teacher']['weights_sha256'] == teacher.manifest['weights_sha256']   # the manifest names its teacher
+
+def test_cli_distills_toward_the_target_beside_it(tmp_path):
+    "`smallem_train --out DIR` that already holds a target distils toward that one, not the committed or cached target"
+    "(a family trained into a new folder would otherwise pair its drafters with another family's target)."
+    import json, subprocess, sys
+    run = lambda *a: subprocess.run([sys.executable, '-c', 'from smallem_spec.train import train_cli; import sys; train_cli(sys.argv[1:])', *a],
+                                    capture_output=True, text=True)
+    for n in ('target', 'draft2_kd'):
+        r = run('--preset', 'tiny', '--name', n, '--steps', '2', '--out', str(tmp_path)); assert r.returncode == 0, r.stderr[-1500:]
+    want = json.loads((tmp_path/'target.json').read_text())['weights_sha256']
+    assert json.loads((tmp_path/'draft2_kd.json').read_text())['teacher']['weights_sha256'] == want
