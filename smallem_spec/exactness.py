@@ -12,7 +12,7 @@ from scipy import stats as sstats
 from .core import SmallemError, preset_name
 from .corpus import validation_prompts
 from .train import load_or_train
-from .generate import generate, sampling, Sampling, probs_at
+from .generate import generate, sampling, Sampling, probs_at, prefill
 from .fast import FastSmallem
 from .verify import pair_test, position_test
 from .spec import speculative_generate
@@ -20,7 +20,7 @@ from .mtp import DRAFTERS, make_proposer, parse_proposer
 from .proposers import lookup
 
 # %% auto #0
-__all__ = ['law_test', 'e2e_test', 'e2e_power', 'lookup_shift', 'exactness_cli']
+__all__ = ['law_test', 'e2e_test', 'e2e_power', 'lookup_shift', 'bias_shift', 'exactness_cli']
 
 # %% ../nbs/08a_exactness.ipynb #c9723bbb
 @torch.inference_mode()
@@ -106,6 +106,23 @@ def lookup_shift(target, prompt, n=3, top=30):
     p2 = torch.softmax(target(torch.tensor(ctx, device=target.device))[:, -1].float(), -1)
     pd = torch.tensor([float(p2[j, lookup(c, n, 1)[0]]) for j, c in enumerate(ctx)])
     return float((w.cpu() * pd * (1 - pd)).sum())
+
+# %% ../nbs/08a_exactness.ipynb #pw000008
+@torch.inference_mode()
+def bias_shift(target, proposer, prompt:list[int], top:int=30, temperature:float=1.0) -> float:
+    "How far the realistic bug moves the law of token 2 after `prompt`, for any proposer: E over token 1 (its `top` likeliest values) of the chi-squared distance from p of min(p, q) + (1 - beta) p, beta = sum min(p, q)."
+    tgt = lambda x: torch.softmax(target(torch.tensor(x, device=target.device))[:, -1].float() / temperature, -1)
+    w, t1 = torch.topk(tgt([prompt])[0], top)
+    p2 = tgt([prompt + [int(t)] for t in t1])                                  # [top, V] the target's law of token 2
+    cache = target.new_cache(capacity=[len(prompt) + 4] * top); sids = [cache.new_seq() for _ in range(top)]
+    _, hid = prefill(target, cache, sids, [prompt] * top, return_hidden=True)  # as `speculative_generate` starts a proposer
+    proposer.start([prompt] * top, t1.tolist(), hid if proposer.needs_hidden else None, [len(prompt) + 4] * top)
+    _, q = proposer.propose(list(range(top)), [1] * top, temperature, torch.Generator(target.device).manual_seed(0))
+    proposer.finish()
+    q = q[:, 0].float()                                                         # [top, V] the law of its first guess
+    m = torch.minimum(p2, q); beta = m.sum(-1, keepdim=True)
+    chi2 = ((m - beta * p2) ** 2 / p2.clamp_min(1e-30)).sum(-1)                  # the bug's law minus p is min(p, q) - beta p
+    return float((w * chi2).sum())
 
 # %% ../nbs/08a_exactness.ipynb #53316a44
 def _toy_rows(a, row):

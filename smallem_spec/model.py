@@ -104,14 +104,19 @@ class FeedForward(nn.Module):
         return self.w2(F.silu(gate) * up)
 
 class Block(nn.Module):
-    "Pre-norm transformer block."
+    "Pre-norm transformer block; `drop` is residual dropout, used only while training (set by `set_dropout`)."
     def __init__(self, cfg:ModelConfig):
         super().__init__()
         self.attn_norm, self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps), RMSNorm(cfg.dim, cfg.norm_eps)
         self.attn, self.ffn = Attention(cfg), FeedForward(cfg)
+        self.drop = 0.0
     def forward(self, x, cos, sin, cache=None, layer=0, plan=None):
-        x = x + self.attn(self.attn_norm(x), cos, sin, cache, layer, plan)
-        return x + self.ffn(self.ffn_norm(x))
+        a = self.attn(self.attn_norm(x), cos, sin, cache, layer, plan)
+        if self.drop and self.training: a = F.dropout(a, self.drop, True)
+        x = x + a
+        f = self.ffn(self.ffn_norm(x))
+        if self.drop and self.training: f = F.dropout(f, self.drop, True)
+        return x + f
 
 # %% ../nbs/02_model.ipynb #acfcb6dc
 class MTPModule(nn.Module):
@@ -145,6 +150,11 @@ class Smallem(nn.Module):
         c = self.cfg
         return (f"Smallem({c.n_layers} layers, dim {c.dim}, {c.n_heads} heads, ffn {c.ffn_dim}, vocab {c.vocab_size}, "
                 f"context {c.max_seq_len}{', MTP module' if c.mtp else ''}; {self.n_params():,} parameters)")
+    def set_dropout(self, p:float):
+        "Residual dropout `p` in every block (the MTP module's too) while training; 0 turns it off. Inference never drops."
+        for m in self.modules():
+            if isinstance(m, Block): m.drop = float(p)
+        return self
     def n_params(self, mtp=True): return sum(p.numel() for n, p in self.named_parameters() if mtp or not n.startswith('mtp.'))
     @property
     def device(self): return self.tok_emb.weight.device

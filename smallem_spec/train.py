@@ -35,6 +35,7 @@ class TrainConfig:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     mtp_weight: float = 0.3         # λ: weight of the MTP loss for the target
+    dropout: float = 0.0            # residual dropout while training (a regulariser for long runs on a small corpus)
     eval_every: int = 100
     eval_windows: int = 32          # validation windows of seq_len tokens for periodic evaluation
     seed: int = 0
@@ -78,15 +79,19 @@ def train_batch(data:TokenData, tc:TrainConfig, g:torch.Generator, device) -> to
     return torch.from_numpy(np.stack([data.train[i:i + tc.seq_len + 1] for i in ix]).astype(np.int64)).to(device)
 
 @torch.no_grad()
-def evaluate(model:Smallem, data:TokenData, seq_len:int=256, windows:int|None=None, batch:int=16) -> dict:
+def evaluate(model:Smallem, data:TokenData, seq_len:int=256, windows:int|None=None, batch:int=16,
+             split:str='val'   # 'train': the same measure on windows spread evenly over the training text (the train curve)
+            ) -> dict:
     "Validation loss in nats/token and nats/byte (and the MTP module's loss and top-1 accuracy)."
     was = model.training; model.eval()
-    v = torch.from_numpy(data.val.astype(np.int64))
-    n = (len(v) - 1) // seq_len if windows is None else min(windows, (len(v) - 1) // seq_len)
+    v = torch.from_numpy((data.val if split == 'val' else data.train).astype(np.int64))
+    total = (len(v) - 1) // seq_len
+    n = total if windows is None else min(windows, total)
+    at = [j * seq_len for j in range(n)] if split == 'val' else [(j * total // n) * seq_len for j in range(n)]
     tot = {'main': 0., 'mtp': 0., 'acc': 0.}
     for i in range(0, n, batch):
         idx = range(i, min(n, i + batch))
-        x = torch.stack([v[j * seq_len: j * seq_len + seq_len + 1] for j in idx]).to(model.device)
+        x = torch.stack([v[at[j]: at[j] + seq_len + 1] for j in idx]).to(model.device)
         main, mtp, acc = losses(model, x)
         tot['main'] += main.item() * len(idx)
         if mtp is not None: tot['mtp'] += mtp.item() * len(idx); tot['acc'] += acc.item() * len(idx)
@@ -148,7 +153,7 @@ def train_model(preset:str|None=None, name:str='target', tc:TrainConfig|None=Non
     preset = preset_name(preset); tc = tc or TRAIN_PRESETS[preset]; device = device or default_device()
     cfg = model_config(preset, name); data = data or load_tokens(preset)
     torch.manual_seed(tc.seed); g = torch.Generator().manual_seed(tc.seed)
-    model = Smallem(cfg).to(device).train()
+    model = Smallem(cfg).to(device).train().set_dropout(tc.dropout)
     decay = [p for p in model.parameters() if p.dim() >= 2]; other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{'params': decay, 'weight_decay': tc.weight_decay}, {'params': other, 'weight_decay': 0.}],
                             lr=tc.lr, betas=(0.9, 0.95), fused=device == 'cuda')
@@ -167,8 +172,9 @@ def train_model(preset:str|None=None, name:str='target', tc:TrainConfig|None=Non
         bar.set_postfix(loss=f'{main:.3f}', tok_s=f'{(step + 1 - start) * tc.batch_size * tc.seq_len / el:,.0f}', refresh=False)
         stop = (minutes is not None and el > minutes * 60) or (until is not None and step + 1 >= until)
         if (step + 1) % tc.eval_every == 0 or step == tc.steps - 1 or (stop and state is None):
-            with amp: ev = evaluate(model, data, tc.seq_len, tc.eval_windows)
-            hist.append({'step': step + 1, 'train_loss': round(main, 4), 'val_nats_per_byte': round(ev['nats_per_byte'], 4)})
+            with amp: ev, et = evaluate(model, data, tc.seq_len, tc.eval_windows), evaluate(model, data, tc.seq_len, tc.eval_windows, split='train')
+            hist.append({'step': step + 1, 'train_loss': round(main, 4), 'train_nats_per_byte': round(et['nats_per_byte'], 4),
+                         'val_nats_per_byte': round(ev['nats_per_byte'], 4), **({'mtp_acc': round(ev['mtp_acc'], 4)} if 'mtp_acc' in ev else {})})
             if state is not None: _save_state(Path(state), run, model, opt, g, step + 1, hist, before + time.time() - t0)
         if stop and step < tc.steps - 1:
             if state is not None:                      # a resumable run stops here and goes on later
@@ -249,6 +255,8 @@ def train_cli(argv=None):
     p.add_argument('--name', default='all', help=f"one of {', '.join(MODEL_NAMES)}, or all (default)")
     p.add_argument('--steps', type=int, default=None, help='optimisation steps (default: the preset\'s)')
     p.add_argument('--minutes', type=float, default=None, help='stop after this many minutes')
+    p.add_argument('--dropout', type=float, default=None, help="residual dropout while training (default: the preset's, 0)")
+    p.add_argument('--mtp-weight', type=float, default=None, help="weight of the target's MTP loss (default: the preset's, 0.3)")
     p.add_argument('--out', default=None, help='output folder (default: the cache directory)')
     p.add_argument('--dtype', default='float16', choices=['float16', 'float32'], help='dtype of the saved weights')
     p.add_argument('--resume', action='store_true', help='save the run as it goes (NAME.state.pt in the output folder, at every evaluation and when --minutes runs out) and go on from it; the model is written when its run is finished')
@@ -261,7 +269,10 @@ def train_cli(argv=None):
         if a.steps is not None and a.steps < 1: raise SmallemError(f"--steps must be >= 1 (got {a.steps})")
         if a.minutes is not None and not 0 < a.minutes < math.inf: raise SmallemError(f"--minutes must be a finite number > 0 (got {a.minutes})")
         out = check_writable(a.out, '--out', folder=True) if a.out else smallem_home()/preset   # before any work, creating nothing
-        tc = TRAIN_PRESETS[preset] if a.steps is None else replace(TRAIN_PRESETS[preset], steps=a.steps)
+        if a.dropout is not None and not 0 <= a.dropout < 1: raise SmallemError(f"--dropout must be in [0, 1) (got {a.dropout})")
+        if a.mtp_weight is not None and not 0 <= a.mtp_weight < math.inf: raise SmallemError(f"--mtp-weight must be a finite number >= 0 (got {a.mtp_weight})")
+        over = {k: v for k, v in dict(steps=a.steps, dropout=a.dropout, mtp_weight=a.mtp_weight).items() if v is not None}
+        tc = replace(TRAIN_PRESETS[preset], **over)
         data = load_tokens(preset); th = tokenizer_hash(load_tokenizer(preset))
         out.mkdir(parents=True, exist_ok=True)
         for n in names:
@@ -271,6 +282,7 @@ def train_cli(argv=None):
             if model is None:
                 print(f"{n}: stopped after step {rec['steps']} of {rec['of']}; the same command goes on from {st}", flush=True); continue
             cmd = (f"smallem_train --preset {preset} --name {n} --steps {tc.steps}" + (f" --minutes {a.minutes}" if a.minutes else "")
+                   + (f" --dropout {tc.dropout:g}" if a.dropout is not None else "") + (f" --mtp-weight {tc.mtp_weight:g}" if a.mtp_weight is not None else "")
                    + (" --resume" if a.resume else "") + f" --out {a.out or out}")
             save_checkpoint(model, out, n, rec, th, getattr(torch, a.dtype), cmd)
             if st is not None and st.exists(): st.unlink()       # the run is finished: its checkpoint replaces its state

@@ -9,12 +9,14 @@ from smallem_spec.train import train_model, TRAIN_PRESETS
 
 TC = replace(TRAIN_PRESETS['tiny'], steps=12, eval_every=4, eval_windows=2)
 
-def test_resumed_run_equals_uninterrupted(tmp_path):
-    whole, rec = train_model('tiny', 'target', TC, progress=False)
+@pytest.mark.parametrize('dropout', [0.0, 0.1])   # with dropout the masks come from torch's RNG: its state must resume too
+def test_resumed_run_equals_uninterrupted(tmp_path, dropout):
+    tc = replace(TC, dropout=dropout)
+    whole, rec = train_model('tiny', 'target', tc, progress=False)
     st = tmp_path/'target.state.pt'
-    none, part = train_model('tiny', 'target', TC, progress=False, state=st, until=6)       # stops after step 6 (between evaluations)
+    none, part = train_model('tiny', 'target', tc, progress=False, state=st, until=6)       # stops after step 6 (between evaluations)
     assert none is None and part == {'preset': 'tiny', 'name': 'target', 'steps': 6, 'of': 12, 'finished': False} and st.exists()
-    resumed, rec2 = train_model('tiny', 'target', TC, progress=False, state=st)
+    resumed, rec2 = train_model('tiny', 'target', tc, progress=False, state=st)
     a, b = whole.state_dict(), resumed.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run's"
     assert rec2['history'] == rec['history'] and rec2['val'] == rec['val'] and rec2['steps'] == 12
@@ -40,3 +42,14 @@ def test_command_writes_the_model_only_when_finished(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0 and 'stopped after step' in r.stdout, r.stdout + r.stderr
     assert (tmp_path/'draft2.state.pt').exists() and not (tmp_path/'draft2.safetensors').exists()
+
+def test_dropout_only_while_training():
+    "Residual dropout changes the training passes (two passes differ) and never an inference pass (equal to the model without it)."
+    from smallem_spec.model import Smallem, model_config
+    torch.manual_seed(0); m = Smallem(model_config('tiny', 'target'))
+    x = torch.randint(0, 512, (2, 16))
+    m.eval(); ref = m(x)
+    m.set_dropout(0.2).train()
+    assert not torch.equal(m(x), m(x)), "dropout 0.2 left the training pass deterministic"
+    m.eval(); assert torch.equal(m(x), ref), "dropout changed an inference pass"
+    assert all(b.drop == 0.2 for b in [*m.layers, m.mtp.block])
