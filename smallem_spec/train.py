@@ -19,8 +19,9 @@ from .corpus import load_tokens, load_tokenizer, tokenizer_hash, token_ranking_f
 from .model import Smallem, model_config, MODEL_NAMES
 
 # %% auto #0
-__all__ = ['TRAIN_PRESETS', 'TrainConfig', 'lr_at', 'losses', 'distill_losses', 'train_batch', 'evaluate', 'default_device',
-           'train_model', 'save_checkpoint', 'load_checkpoint', 'load_or_train', 'train_cli']
+__all__ = ['TRAIN_PRESETS', 'TrainConfig', 'lr_at', 'losses', 'mtp_distill_losses', 'distill_losses', 'train_batch', 'evaluate',
+           'default_device', 'train_model', 'distill_mtp', 'save_checkpoint', 'load_checkpoint', 'load_or_train',
+           'train_cli']
 
 # %% ../nbs/03_train.ipynb #47205aa8
 @dataclass
@@ -55,15 +56,27 @@ def lr_at(step:int, tc:TrainConfig) -> float:
 
 # %% ../nbs/03_train.ipynb #735d25e2
 def losses(model:Smallem, x:torch.Tensor):  # x: [B, T+1] tokens
-    "Main next-token loss and, for a model with the module, the MTP loss and its top-1 accuracy."
+    "Main next-token loss and, for a model with the module, the MTP loss, its top-1 accuracy on the text and its top-1 agreement with the model's own choice of that token."
     inp, tgt = x[:, :-1], x[:, 1:]
     logits, h = model(inp, return_hidden=True)
     main = F.cross_entropy(logits.flatten(0, 1).float(), tgt.flatten())
-    if model.mtp is None: return main, None, None
+    if model.mtp is None: return main, None, None, None
     ml, _ = model.mtp_forward(h[:, :-1], inp[:, 1:])      # position i predicts x[i+2] = tgt[i+1]
     mtp = F.cross_entropy(ml.flatten(0, 1).float(), tgt[:, 1:].flatten())
     acc = (ml.argmax(-1) == tgt[:, 1:]).float().mean()
-    return main, mtp, acc
+    agree = (ml.argmax(-1) == logits[:, 1:].argmax(-1)).float().mean()   # what greedy verification keeps (a proxy of acceptance)
+    return main, mtp, acc, agree
+
+def mtp_distill_losses(model:Smallem, x:torch.Tensor, toward:str='target'):  # x: [B, T+1] tokens
+    "The text's next-token loss (reported) and the MTP module's loss with the trunk out of the graph: KL(p || q) against the model's own law p of token i+2, read at position i+1; or, `toward='text'` (the control), its cross-entropy on the text's token."
+    inp, tgt = x[:, :-1], x[:, 1:]
+    with torch.no_grad(): logits, h = model(inp, return_hidden=True)
+    ml, _ = model.mtp_forward(h[:, :-1], inp[:, 1:])
+    lq = F.log_softmax(ml.float(), -1).flatten(0, 1)
+    main = F.cross_entropy(logits.flatten(0, 1).float(), tgt.flatten())
+    if toward == 'text': return main, F.nll_loss(lq, tgt[:, 1:].flatten())
+    lp = F.log_softmax(logits[:, 1:].float(), -1).flatten(0, 1)          # p(x[i+2] | x[<= i+1]): the target's next-token law one step on
+    return main, F.kl_div(lq, lp, log_target=True, reduction='batchmean')
 
 def distill_losses(model:Smallem, teacher:Smallem, x:torch.Tensor):  # x: [B, T+1] tokens
     "The text's next-token loss (reported) and KL(p || q), the teacher's law p against the student's q, per token (trained on)."
@@ -88,17 +101,18 @@ def evaluate(model:Smallem, data:TokenData, seq_len:int=256, windows:int|None=No
     total = (len(v) - 1) // seq_len
     n = total if windows is None else min(windows, total)
     at = [j * seq_len for j in range(n)] if split == 'val' else [(j * total // n) * seq_len for j in range(n)]
-    tot = {'main': 0., 'mtp': 0., 'acc': 0.}
+    tot = {'main': 0., 'mtp': 0., 'acc': 0., 'agree': 0.}
     for i in range(0, n, batch):
         idx = range(i, min(n, i + batch))
         x = torch.stack([v[at[j]: at[j] + seq_len + 1] for j in idx]).to(model.device)
-        main, mtp, acc = losses(model, x)
+        main, mtp, acc, agree = losses(model, x)
         tot['main'] += main.item() * len(idx)
-        if mtp is not None: tot['mtp'] += mtp.item() * len(idx); tot['acc'] += acc.item() * len(idx)
+        if mtp is not None:
+            for key, val in (('mtp', mtp), ('acc', acc), ('agree', agree)): tot[key] += val.item() * len(idx)
     model.train(was)
     loss = tot['main'] / n
     out = {'loss': loss, 'nats_per_byte': loss / data.bytes_per_token, 'windows': n}
-    if model.mtp is not None: out.update(mtp_loss=tot['mtp'] / n, mtp_acc=tot['acc'] / n)
+    if model.mtp is not None: out.update(mtp_loss=tot['mtp'] / n, mtp_acc=tot['acc'] / n, mtp_agree=tot['agree'] / n)
     return out
 
 # %% ../nbs/03_train.ipynb #9d063bcd
@@ -128,7 +142,7 @@ def _train_step(model, opt, data, tc, g, device, amp, step:int, teacher=None) ->
     if teacher is not None:                        # a distilled drafter learns the target's law, not the text's token
         with amp: main, loss = distill_losses(model, teacher, x)
     else:
-        with amp: main, mtp, _ = losses(model, x)
+        with amp: main, mtp, _, _ = losses(model, x)
         loss = main + tc.mtp_weight * mtp if mtp is not None else main
     opt.zero_grad(set_to_none=True); loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip); opt.step()
@@ -184,6 +198,38 @@ def train_model(preset:str|None=None, name:str='target', tc:TrainConfig|None=Non
     rec = _record(model, data, tc, preset, name, step + 1, before + time.time() - t0, device, amp, hist)
     if teacher is not None: rec['teacher'] = {'name': 'target', 'weights_sha256': run['teacher'], 'loss': 'KL(p_target || q) per token, no text term'}
     return model, rec
+
+# %% ../nbs/03_train.ipynb #mtpd0002
+def distill_mtp(model:Smallem, data:TokenData, steps:int=600, lr:float=1e-3, batch_size:int=16, seq_len:int=256, seed:int=1,
+                progress:bool=True, toward:str='target') -> dict:
+    "Train the MTP module alone toward the model's own law of the token after next (`mtp_distill_losses`; `toward='text'`: on the text, the control), everything else frozen; returns the stage's record."
+    if model.mtp is None: raise SmallemError("this model has no MTP module")
+    if toward not in ('target', 'text'): raise SmallemError(f"toward must be 'target' or 'text' (got {toward!r})")
+    if steps < 1: raise SmallemError(f"the MTP stage needs at least one step (got {steps})")
+    tc = TrainConfig(steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr, warmup=min(20, steps), seed=seed)
+    ev = lambda: {k: round(v, 4) if isinstance(v, float) else v for k, v in evaluate(model, data, seq_len).items()}
+    before, t0 = ev(), time.time()
+    mine = {id(p) for p in model.mtp.parameters()}
+    frozen = [p for p in model.parameters() if id(p) not in mine and p.requires_grad]
+    for p in frozen: p.requires_grad_(False)
+    params = list(model.mtp.parameters())
+    opt = torch.optim.AdamW([{'params': [p for p in params if p.dim() >= 2], 'weight_decay': tc.weight_decay},
+                             {'params': [p for p in params if p.dim() < 2], 'weight_decay': 0.}], lr=lr, betas=(0.9, 0.95))
+    g = torch.Generator().manual_seed(seed); torch.manual_seed(seed); model.train()
+    try:
+        for step in (bar := tqdm(range(steps), desc='MTP module toward the target', disable=not progress, mininterval=2)):
+            for grp in opt.param_groups: grp['lr'] = lr_at(step, tc)
+            _, kl = mtp_distill_losses(model, train_batch(data, tc, g, model.device), toward)
+            opt.zero_grad(set_to_none=True); kl.backward()
+            torch.nn.utils.clip_grad_norm_(params, tc.grad_clip); opt.step()
+            bar.set_postfix(loss=f'{kl.item():.4f}', refresh=False)
+    finally:
+        for p in frozen: p.requires_grad_(True)
+        model.eval()
+    after, keys = ev(), ('nats_per_byte', 'mtp_loss', 'mtp_acc', 'mtp_agree')
+    return {'steps': steps, 'lr': lr, 'batch_size': batch_size, 'seq_len': seq_len, 'seed': seed, 'train_seconds': round(time.time() - t0, 1),
+            'loss': ('KL(p_target(x[i+2] | x[<=i+1]) || q_mtp) per token' if toward == 'target' else 'cross-entropy of q_mtp on the text (control)') + '; trunk, embeddings and head frozen',
+            'before': {k: before[k] for k in keys}, 'after': {k: after[k] for k in keys}}
 
 # %% ../nbs/03_train.ipynb #ccfebaa0
 def _sha256(path:Path) -> str:
@@ -257,6 +303,7 @@ def train_cli(argv=None):
     p.add_argument('--minutes', type=float, default=None, help='stop after this many minutes')
     p.add_argument('--dropout', type=float, default=None, help="residual dropout while training (default: the preset's, 0)")
     p.add_argument('--mtp-weight', type=float, default=None, help="weight of the target's MTP loss (default: the preset's, 0.3)")
+    p.add_argument('--mtp-distill', type=int, default=None, metavar='STEPS', help="with --name target: train the MTP module of the target in the output folder alone, STEPS steps, toward the target's own law (run it before distilling the _kd drafters: it changes the target's file)")
     p.add_argument('--out', default=None, help='output folder (default: the cache directory)')
     p.add_argument('--dtype', default='float16', choices=['float16', 'float32'], help='dtype of the saved weights')
     p.add_argument('--resume', action='store_true', help='save the run as it goes (NAME.state.pt in the output folder, at every evaluation and when --minutes runs out) and go on from it; the model is written when its run is finished')
@@ -269,12 +316,26 @@ def train_cli(argv=None):
         if a.steps is not None and a.steps < 1: raise SmallemError(f"--steps must be >= 1 (got {a.steps})")
         if a.minutes is not None and not 0 < a.minutes < math.inf: raise SmallemError(f"--minutes must be a finite number > 0 (got {a.minutes})")
         out = check_writable(a.out, '--out', folder=True) if a.out else smallem_home()/preset   # before any work, creating nothing
+        if a.mtp_distill is not None and a.name != 'target': raise SmallemError(f"--mtp-distill trains the target's MTP module: use it with --name target (got {a.name})")
+        if a.mtp_distill is not None and a.mtp_distill < 1: raise SmallemError(f"--mtp-distill must be >= 1 (got {a.mtp_distill})")
         if a.dropout is not None and not 0 <= a.dropout < 1: raise SmallemError(f"--dropout must be in [0, 1) (got {a.dropout})")
         if a.mtp_weight is not None and not 0 <= a.mtp_weight < math.inf: raise SmallemError(f"--mtp-weight must be a finite number >= 0 (got {a.mtp_weight})")
         over = {k: v for k, v in dict(steps=a.steps, dropout=a.dropout, mtp_weight=a.mtp_weight).items() if v is not None}
         tc = replace(TRAIN_PRESETS[preset], **over)
         data = load_tokens(preset); th = tokenizer_hash(load_tokenizer(preset))
         out.mkdir(parents=True, exist_ok=True)
+        if a.mtp_distill is not None:                      # the second stage, on the target already in the output folder
+            if not (out/'target.json').exists(): raise SmallemError(f"no target in {out} to distil the MTP module of; train it first")
+            model = load_checkpoint(out, 'target', preset, default_device()); man = model.manifest
+            st = distill_mtp(model, data, a.mtp_distill, tc.lr / 2, tc.batch_size, tc.seq_len)
+            cmd = man['command'] + f" && smallem_train --preset {preset} --name target --mtp-distill {a.mtp_distill} --out {a.out or out}"
+            rec = {k: v for k, v in man.items() if k not in ('name', 'config', 'tokenizer_hash', 'weights_sha256', 'token_ranking_sha256', 'dtype', 'n_params', 'command')}
+            rec['val'] = {**rec['val'], **st['after']}; rec['mtp_distill'] = st
+            save_checkpoint(model, out, 'target', rec, th, getattr(torch, a.dtype), cmd)
+            b, f = st['before'], st['after']
+            print(f"target: MTP module distilled {a.mtp_distill} steps, agreement with the target {b['mtp_agree']:.3f} -> {f['mtp_agree']:.3f}, "
+                  f"validation {f['nats_per_byte']:.4f} nats/byte -> {out/'target'}.safetensors", flush=True)
+            return
         for n in names:
             st = out/f'{n}.state.pt' if a.resume else None
             teacher = load_checkpoint(out, 'target', preset) if n.endswith('_kd') and (out/'target.json').exists() else None   # the target beside it

@@ -22,6 +22,7 @@ def test_help(cmd):
     ('smallem_train', ['--steps', '0', '--preset', 'tiny'], '--steps must be'),
     ('smallem_train', ['--dropout', '1.5', '--preset', 'tiny'], '--dropout must be'),
     ('smallem_train', ['--mtp-weight', 'inf', '--preset', 'tiny'], '--mtp-weight must be'),
+    ('smallem_train', ['--mtp-distill', '0', '--name', 'target', '--preset', 'tiny'], '--mtp-distill must be'),
     ('smallem_train', ['--bogus'], 'unrecognized arguments'),
     ('smallem_generate', ['--temperature', '-1'], 'temperature'),
     ('smallem_generate', ['--temperature', 'abc'], 'invalid float value'),

@@ -44,3 +44,34 @@ def test_cli_distills_toward_the_target_beside_it(tmp_path):
         r = run('--preset', 'tiny', '--name', n, '--steps', '2', '--out', str(tmp_path)); assert r.returncode == 0, r.stderr[-1500:]
     want = json.loads((tmp_path/'target.json').read_text())['weights_sha256']
     assert json.loads((tmp_path/'draft2_kd.json').read_text())['teacher']['weights_sha256'] == want
+
+def test_mtp_stage_brings_the_module_toward_the_target_and_leaves_the_rest(tiny_pair):
+    "`distill_mtp` trains the MTP module alone toward the target's own law of token i+2 (read at position i+1): its KL"
+    "to that law falls on validation, and every other weight is left bit for bit. A stage that read p one position off"
+    "(position i: the law of token i+1) would not lower this KL; one that let the trunk train would change its weights."
+    import copy
+    from smallem_spec.train import distill_mtp, mtp_distill_losses
+    teacher, _, _, _, v = tiny_pair
+    m = copy.deepcopy(teacher); rest = {k: t.clone() for k, t in m.state_dict().items() if not k.startswith('mtp.')}
+    with torch.no_grad(): before = float(mtp_distill_losses(m.eval(), v)[1])
+    st = distill_mtp(m, load_tokens('tiny'), steps=40, lr=3e-3, batch_size=8, seq_len=128, progress=False)
+    with torch.no_grad(): after = float(mtp_distill_losses(m.eval(), v)[1])
+    assert after < 0.7 * before, (before, after)
+    assert all(torch.equal(t, m.state_dict()[k]) for k, t in rest.items()), "the MTP stage changed weights outside the module"
+    assert st['after']['nats_per_byte'] == st['before']['nats_per_byte'] and st['steps'] == 40
+
+def test_cli_mtp_stage(tmp_path):
+    "`smallem_train --name target --mtp-distill N` rewrites the target beside it: module trained, trunk the same bits,"
+    "manifest with both commands and the stage's record; with another --name, one line and exit 2."
+    import json, subprocess, sys
+    from safetensors.torch import load_file
+    run = lambda *a: subprocess.run([sys.executable, '-c', 'from smallem_spec.train import train_cli; import sys; train_cli(sys.argv[1:])', *a],
+                                    capture_output=True, text=True)
+    r = run('--preset', 'tiny', '--name', 'target', '--steps', '4', '--out', str(tmp_path)); assert r.returncode == 0, r.stderr[-1500:]
+    w0 = load_file(str(tmp_path/'target.safetensors'))
+    r = run('--preset', 'tiny', '--name', 'target', '--mtp-distill', '3', '--out', str(tmp_path)); assert r.returncode == 0, r.stderr[-1500:]
+    w1 = load_file(str(tmp_path/'target.safetensors')); man = json.loads((tmp_path/'target.json').read_text())
+    assert all(torch.equal(w0[k], w1[k]) for k in w0 if not k.startswith('mtp.')) and any(not torch.equal(w0[k], w1[k]) for k in w0 if k.startswith('mtp.'))
+    assert '--steps 4' in man['command'] and man['command'].endswith(f'--mtp-distill 3 --out {tmp_path}') and man['mtp_distill']['steps'] == 3
+    r = run('--preset', 'tiny', '--name', 'draft2', '--mtp-distill', '3', '--out', str(tmp_path))
+    assert r.returncode == 2 and r.stderr.count('\n') == 1 and 'use it with --name target' in r.stderr, r.stderr
