@@ -95,7 +95,7 @@ def train_batch(data:TokenData, tc:TrainConfig, g:torch.Generator, device) -> to
 def evaluate(model:Smallem, data:TokenData, seq_len:int=256, windows:int|None=None, batch:int=16,
              split:str='val'   # 'train': the same measure on windows spread evenly over the training text (the train curve)
             ) -> dict:
-    "Validation loss in nats/token and nats/byte (and the MTP module's loss and top-1 accuracy)."
+    "Validation loss in nats/token and nats/byte (and the MTP module's loss, top-1 accuracy and agreement with the model)."
     was = model.training; model.eval()
     v = torch.from_numpy((data.val if split == 'val' else data.train).astype(np.int64))
     total = (len(v) - 1) // seq_len
@@ -215,7 +215,8 @@ def distill_mtp(model:Smallem, data:TokenData, steps:int=600, lr:float=1e-3, bat
     params = list(model.mtp.parameters())
     opt = torch.optim.AdamW([{'params': [p for p in params if p.dim() >= 2], 'weight_decay': tc.weight_decay},
                              {'params': [p for p in params if p.dim() < 2], 'weight_decay': 0.}], lr=lr, betas=(0.9, 0.95))
-    g = torch.Generator().manual_seed(seed); torch.manual_seed(seed); model.train()
+    g = torch.Generator().manual_seed(seed); torch.manual_seed(seed)
+    model.eval(); model.mtp.train()                  # the teacher's law without dropout, whatever the model was trained with
     try:
         for step in (bar := tqdm(range(steps), desc='MTP module toward the target', disable=not progress, mininterval=2)):
             for grp in opt.param_groups: grp['lr'] = lr_at(step, tc)

@@ -89,3 +89,12 @@ def test_bias_shift_measures_the_bug(fast, prompts):
         assert bias_shift(t, make_proposer('ngram', t, fast), q) == pytest.approx(lookup_shift(t, q), rel=1e-4, abs=1e-9)
     same = bias_shift(t, DraftProposer(t), prompts[0]); d2 = bias_shift(t, make_proposer('draft2', t, fast), prompts[0])
     assert same < 1e-6 and d2 > 0.01, (same, d2)
+
+@pytest.mark.parametrize('name', ['draft2_kd', 'draft4_kd'])
+def test_end_to_end_control_distilled(fast, prompts, name):
+    """The gross control for the distilled drafters, whose law is close to the target's: every guess accepted without
+    the test (the tokens then follow q) is rejected, 8 distinct prompts in batches of 250, 4,000 continuations. A
+    statistic too blunt to tell q from p when they are this close would pass it; the realistic bug's power is measured
+    in 08a_exactness (`bias_shift`, `e2e_power`) and tested above for draft2_kd."""
+    r = e2e_test(fast['target'], lambda: make_proposer(name, fast['target'], fast), prompts[0], 4000, seed=7, chunk=250, prompts=prompts, mode='accept')
+    assert r['stat'] >= r['threshold'], f"{name}: every guess accepted, yet chi2 {r['stat']:.1f} < {r['threshold']:.1f}"
