@@ -59,6 +59,7 @@ static void panel##RT(int K, const float *restrict X, long ldx, const float *res
   for (int r = 0; r < RT; r++) { a[r][0] = (v16){0}; a[r][1] = (v16){0}; } \
   for (int k = 0; k < K; k++) { \
     v16 w0 = ld(P + k * NB), w1 = ld(P + k * NB + 16); \
+    __asm__("" : "+v"(w0), "+v"(w1));   /* keep them in registers: the compiler would reload them for every row */ \
     for (int r = 0; r < RT; r++) { float xv = X[r * ldx + k]; a[r][0] += xv * w0; a[r][1] += xv * w1; } \
   } \
   for (int r = 0; r < RT; r++) { \
