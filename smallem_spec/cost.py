@@ -74,7 +74,8 @@ class AdaptiveK:
         self.backoff, self.stretch, self.probe_share = backoff, probe_every, probe_share
         self.probe_every, self.probe_rounds, self._burst = probe_every, probe_rounds, probe_rounds   # the first rounds are a probe
         self.t_plain, self.rounds, self._t0, self._prev, self._hs, self.costs, self._left = None, 0, None, 0, [], {}, 0
-        self.timed_rounds, self._ts = {}, {}            # k -> rounds of that k timed so far, the last costs timed
+        self.timed_rounds, self._ts, self._tp = {}, {}, []   # k -> rounds of that k timed so far, the last costs timed; the last plain timings
+        self.catchup, self._cu = 0.0, []                # what a probe's first round pays beyond a usual round (plain steps), its last values
 
     def alphas(self):
         "Per-position estimates, each shrunk toward the one before it (the first toward 1/2)."
@@ -106,7 +107,7 @@ def choose(self:AdaptiveK) -> int:
     elif self.t_plain is None or self.rounds % self.plain_every == 0: k, self.steps = 0, 4     # time plain steps
     elif self._burst > 0: self._burst -= 1; k = max(k, self.k0)   # a probe: speculate, at least k0 guesses (one guess tells little of the next)
     elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3:   # no k pays, by what the best one was seen to cost
-        loss = self.probe_rounds * self.cost(k) * (1 - g[k])    # plain steps the next probe is expected to lose (probing at k)
+        loss = self.probe_rounds * self.cost(k) * (1 - g[k]) + self.catchup   # plain steps the next probe is expected to lose (probing at k)
         k, self.steps, self._burst = 0, max(self.stretch, math.ceil(loss / self.probe_share)), self.probe_rounds
         self.stretch = min(self.backoff * self.stretch, 64 * self.probe_every)
     else: self.stretch = self.probe_every
@@ -119,9 +120,12 @@ def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=
     dt = time.perf_counter() - self._t0 if (self.timed and self._t0 is not None) else None
     prev, self._prev = self._prev, k
     if k == 0:       # plain steps time the unit every cost is priced in, and teach nothing about acceptance
-        if dt is not None: self.t_plain = dt / steps if self.t_plain is None else 0.75 * self.t_plain + 0.25 * dt / steps
+        if dt is not None:   # the median of the last nine stretches: one that the machine stalled in would price every round low
+            self._tp = (self._tp + [dt / steps])[-9:]; self.t_plain = sorted(self._tp)[len(self._tp) // 2]
         self._left = max(0, self.steps - steps) if self.steps > 4 else 0     # the rest of a stretch goes on in the next text
         return
+    if dt is not None and self.t_plain and prev == 0 and k in self.costs:   # after plain steps the proposer catches up: what that costs
+        self._cu = (self._cu + [dt / self.t_plain - self.costs[k]])[-9:]; self.catchup = max(0.0, sorted(self._cu)[len(self._cu) // 2])
     if dt is not None and self.t_plain and prev != 0:   # (after plain steps a drafter catches up: not a round's usual cost)
         cost = dt / self.t_plain
         self._ts[k] = (self._ts.get(k, []) + [cost])[-9:]   # a median of the last nine: one round the machine stalled in does not price k out
