@@ -26,22 +26,23 @@ __all__ = ['proposer_cost', 'decide_time', 'measure_costs', 'run_config', 'bench
 
 # %% ../nbs/10_bench.ipynb #330878f3
 def _propose_time(target, make, chunks, k, temperature, n):
-    t = r = 0
+    t = tv = r = 0
     for i, ch in enumerate(chunks):
         st = speculative_generate(target, make(), ch, n, k, temperature, torch.Generator(target.device).manual_seed(i))[1]
-        t += st['t_parts']['propose']; r += st['rounds']
-    return t, r
+        t += st['t_parts']['propose']; tv += st['t_parts']['verify']; r += st['rounds']
+    return t, tv, r
 
-def proposer_cost(target, make, chunks:list[list[list[int]]], kmax:int, temperature:float=0.0, new_tokens=(48, 200)) -> tuple[float, float]:
-    "What a proposer's call costs in the loop, as a fixed part and a part per guess: (c0, c) in seconds, from generations of each chunk of prompts at k = 1 and k = kmax (two lengths each, so that the first round, which reads the prompt, cancels out)."
+def proposer_cost(target, make, chunks:list[list[list[int]]], kmax:int, temperature:float=0.0, new_tokens=(48, 200),
+                  verify:bool=False) -> tuple:
+    "What a proposer's call costs in the loop, as a fixed part and a part per guess: (c0, c) in seconds, from generations of each chunk of prompts at k = 1 and k = kmax (two lengths each, so that the first round, which reads the prompt, cancels out). With `verify`, also what the same rounds' verify passes cost there: (c0, c, {1: seconds, kmax: seconds})."
     if kmax < 2: raise SmallemError(f"proposer_cost needs kmax >= 2 to separate the fixed part from the part per guess (got {kmax})")
-    per = {}
+    per, ver = {}, {}
     for k in (1, kmax):
-        (a, ra), (b, rb) = (_propose_time(target, make, chunks, k, temperature, n) for n in new_tokens)
+        (a, va, ra), (b, vb, rb) = (_propose_time(target, make, chunks, k, temperature, n) for n in new_tokens)
         if rb <= ra: raise SmallemError(f"no rounds between {new_tokens[0]} and {new_tokens[1]} new tokens to time the proposer with")
-        per[k] = (b - a) / (rb - ra)
+        per[k], ver[k] = (b - a) / (rb - ra), (vb - va) / (rb - ra)
     c = max(0., (per[kmax] - per[1]) / (kmax - 1))     # noise must not make a guess free of charge, or cheaper than nothing
-    return per[1] - c, c
+    return (per[1] - c, c, ver) if verify else (per[1] - c, c)
 
 # %% ../nbs/10_bench.ipynb #fcc31ae1
 @torch.inference_mode()
@@ -65,16 +66,19 @@ def decide_time(batch:int, k:int, vocab:int, temperature:float, reps:int=30, dev
 # %% ../nbs/10_bench.ipynb #827bb48a
 def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, temperatures=(0.0,), rounds:int=3, preset=None,
                   context:int=200, lengths=(48, 200)) -> dict:
-    "t(1) and v(k) for k = 0..kmax with `context` tokens cached, each proposer's in-loop cost (c0, c) per temperature, and the token arithmetic s(k) per temperature, at one batch size (medians of `rounds` interleaved measurements)."
+    "t(1) and v(k) for k = 0..kmax with `context` tokens cached, each proposer's in-loop cost (c0, c) per temperature, how much dearer than v(k) t(1) the verify pass of its rounds is in the loop (`rho`), and the token arithmetic s(k) per temperature, at one batch size (medians of `rounds` interleaved measurements)."
     ts, cs = [], []
     for _ in range(rounds):
         t = pass_times(target, tuple(range(1, kmax + 2)), context=context, batch=batch); ts.append(t)
         chunks = [prompts[i:i + batch] for i in range(0, min(len(prompts), 4 * batch), batch)]   # B = 1: four texts, one by one
-        cs.append({(T, p): proposer_cost(target, lambda: make_proposer(p, target, models, preset), chunks, kmax, T, lengths)
+        cs.append({(T, p): proposer_cost(target, lambda: make_proposer(p, target, models, preset), chunks, kmax, T, lengths, verify=True)
                    for T in temperatures for p in proposers})
     t = {T: statistics.median(x[T] for x in ts) for T in ts[0]}
     prop = {T: {p: [statistics.median(x[T, p][i] for x in cs) / t[1] for i in (0, 1)] for p in proposers} for T in temperatures}
-    out = {'t1': t[1], 'v': {k: statistics.median(x[k + 1] / x[1] for x in ts) for k in range(kmax + 1)},
+    v = {k: statistics.median(x[k + 1] / x[1] for x in ts) for k in range(kmax + 1)}
+    rho = {T: {p: statistics.mean(statistics.median(x[T, p][2][k] for x in cs) / (v[k] * t[1]) for k in (1, kmax)) for p in proposers}
+           for T in temperatures}   # the verify pass as the loop pays it (the proposer's weights just read, the call around it) over the microbenchmark's
+    out = {'t1': t[1], 'v': v, 'rho': rho,
            'prop': prop, 'c': {p: prop[temperatures[0]][p][1] for p in proposers}, 'c0': {p: prop[temperatures[0]][p][0] for p in proposers},
            's': {T: {k: decide_time(batch, k, target.cfg.vocab_size, T, device=target.device) / t[1] for k in range(1, kmax + 1)}
                  for T in temperatures}}
@@ -92,8 +96,8 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
     pol, kk = None, k
     if k == 'adaptive':   # one policy for the whole row: what it learns of this machine and proposer carries from prompt to prompt
         kk = 6; s = costs['s_lookup' if proposer == 'ngram' else 's'][temperature]
-        c0, c = costs['prop'][temperature][proposer]
-        pol = AdaptiveK(kk, c, lambda j: costs['v'][j] + s[j] + c0)
+        c0, c = costs['prop'][temperature][proposer]; rho = costs.get('rho', {}).get(temperature, {}).get(proposer, 1.0)
+        pol = AdaptiveK(kk, c, lambda j: costs['v'][j] * rho + s[j] + c0)   # the verify pass as the loop pays it
     for i, ch in enumerate(chunks):
         g = torch.Generator(dev).manual_seed(seed + i)
         sync(dev); t0 = time.perf_counter()
@@ -165,13 +169,15 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
         base = raw[('none', 0, T, B)][-1][0]
         t_step = base['seconds'] / base['passes']                  # a plain step, loop and prefill included
         g0 = raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)])[-1][0]
-        t_unit = g0['seconds'] / g0['passes']                      # the same without sampling: the unit passes are priced in
+        t_unit = g0['seconds'] / g0['passes']                      # the same without sampling: the unit passes are priced in...
+        rho = cst.get('rho', {}).get(T, {}).get(p)
+        if rho is not None: t_unit = rho * cst['t1']               # ...unless the verify pass was timed in the loop itself
         host = st.t_host / st.rounds                               # host time per round, measured in the run
         occ = st.row_rounds / last['row_slots']                    # < 1 at batch > 1: the batch waits for its slowest row
         pred = _predict(alphas, st.k_used, c, cst['v'], t_step, host, cst['s_lookup' if p == 'ngram' else 's'][T], occ, t_unit, cst['t1'], c0)
         row.update(alpha_per_position=[round(a, 4) if n else None for a, n in zip(alphas, pp)],
                    host_per_round=round(host / cst['t1'], 3), occupancy=round(occ, 3), t_step_ms=round(t_step * 1e3, 4), t_unit_ms=round(t_unit * 1e3, 4),
-                   tokens_per_round=round(st.tokens_per_round, 3),
+                   tokens_per_round=round(st.tokens_per_round, 3), verify_scale=None if rho is None else round(rho, 3),
                    predicted_speedup=round(pred, 3), c=round(c, 3), c0=round(c0, 3), mean_k=round(statistics.mean(st.k_used), 2),
                    identical=(last['texts'] == raw[('none', 0, T, B)][-1][0]['texts']) if T == 0 else None)
     row['measured_over_predicted'] = round(row['speedup'] / row['predicted_speedup'], 3) if row['predicted_speedup'] else None
@@ -185,6 +191,7 @@ def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx)
                 device=str(target.device), cpu=cpu_info()['model'], cpu_info=cpu_info(), kernel=getattr(target, 'kernel', 'reference'),
                 threads=torch.get_num_threads(), torch=torch.__version__, gpu=torch.cuda.get_device_name() if target.device.type == 'cuda' else None,
                 costs={str(b): {'t1_ms': round(c['t1'] * 1e3, 3), 'v': r3(c['v']), 'c': r3(c['c']), 'c0': r3(c['c0']),
+                                'rho': {str(T): {p: round(x, 3) for p, x in d.items()} for T, d in c.get('rho', {}).items()},
                                 'prop': {str(T): {p: [round(x, 3) for x in cc] for p, cc in d.items()} for T, d in c['prop'].items()},
                                 's': {str(T): r3(s) for T, s in c['s'].items()}, 's_lookup': {str(T): r3(s) for T, s in c.get('s_lookup', {}).items()}}
                        for b, c in costs.items()},
