@@ -222,6 +222,7 @@ typedef struct {
   const float *cs, *sn;                            /* RoPE tables [maxpos + 1, hd / 2] */
   float *x, *logits, *work;                        /* out: hidden [R, D], logits [R, Vh]; scratch (see smallem_work_floats) */
   long *best;                                      /* out: each row's argmax (the first largest logit), as a token id */
+  const long *hrows; long nh;                      /* NULL: the head for every row; else only for these nh rows (logits [nh, Vh]) */
 } pass_args;
 
 long smallem_work_floats(int R, int D, int F, int maxpos, int nthreads) {
@@ -288,13 +289,19 @@ _SRC_PASS2 = r'''    }
 '''
 
 # %% ../nbs/12a_fused_cpu.ipynb #378aa62b
-_SRC_PASS3 = r'''    inv_rms(R, D, x, a->eps, iv);
-    gemm(R, D, a->Vh, x, D, a->head, a->logits, a->Vh, iv, 0);
+_SRC_PASS3 = r'''    const long nh = a->hrows ? a->nh : R; const float *xh = x;
+    if (a->hrows) {                              /* the head for a few rows only (a chain's first pass needs each row's last) */
+      #pragma omp for schedule(static)
+      for (long i = 0; i < nh; i++) memcpy(hh + i * D, x + a->hrows[i] * D, D * 4);
+      xh = hh;
+    }
+    inv_rms(nh, D, xh, a->eps, iv);
+    gemm(nh, D, a->Vh, xh, D, a->head, a->logits, a->Vh, iv, 0);
     #pragma omp for schedule(static)
-    for (int r = 0; r < R; r++) {                /* the greedy token of each row, while its logits are in cache */
-      const float *l = a->logits + (long)r * a->Vh; long b = 0;
+    for (long r = 0; r < nh; r++) {              /* the greedy token of each row, while its logits are in cache */
+      const float *l = a->logits + r * a->Vh; long b = 0;
       for (long v = 1; v < a->Vh; v++) if (l[v] > l[b]) b = v;
-      a->best[r] = a->vmap ? a->vmap[b] : b;
+      a->best[a->hrows ? a->hrows[r] : r] = a->vmap ? a->vmap[b] : b;
     }
   }
   return 0;
@@ -310,13 +317,17 @@ int smallem_chain(pass_args *a, int steps, const long *rowsteps, long *out, floa
   const int B = a->B, T0 = a->T, D = a->D;
   const int Vh = a->Vh; long starts[B], nnew[B], tok[B]; float hbuf[a->h_in ? B * D : 1], pd[a->vmap && temp > 0 ? Vh : 1];
   const long *s0 = a->starts, *n0 = a->nnew, *tok0 = a->tokens; const float *h0 = a->h_in; const int R0 = a->R;
+  long last[B];                                  /* the first pass goes on from each row's last token: the head for those rows only */
+  for (int b = 0; b < B; b++) last[b] = (long)b * T0 + (n0[b] > 0 ? n0[b] - 1 : 0);
+  if (T0 > 1) { a->hrows = last; a->nh = B; }
   for (int i = 0; i < steps; i++) {
-    if (smallem_pass(a)) { a->R = R0; a->T = T0; a->starts = s0; a->nnew = n0; a->tokens = tok0; a->h_in = h0; return 1; }
+    int bad = smallem_pass(a); a->hrows = NULL;
+    if (bad) { a->R = R0; a->T = T0; a->starts = s0; a->nnew = n0; a->tokens = tok0; a->h_in = h0; return 1; }
     for (int b = 0; b < B; b++) {
-      long r = i == 0 ? (long)b * T0 + (n0[b] > 0 ? n0[b] - 1 : 0) : b;
+      long r = i == 0 ? last[b] : b, rl = i == 0 && T0 > 1 ? b : r;   /* its hidden state's row, its logits' row */
       if (temp > 0) {
         float *qb = q + ((long)b * steps + i) * a->V, *pb = a->vmap ? pd : qb;
-        softmax_row(a->logits + r * Vh, Vh, temp, pb);
+        softmax_row(a->logits + rl * Vh, Vh, temp, pb);
         long t = draw(pb, Vh, u[(long)b * steps + i]);
         if (a->vmap) {                            /* q over the whole vocabulary: zero where the proposer cannot go */
           memset(qb, 0, (size_t)a->V * 4);
@@ -354,7 +365,7 @@ class PassArgs(ctypes.Structure):
     "The arguments of `smallem_pass` (the C struct `pass_args`)."
     _fields_ = ([(n, ctypes.c_int) for n in 'R B T D H hd F V Vh nl S P maxpos nthreads'.split()] + [('eps', ctypes.c_float)]
                 + [(n, ctypes.c_void_p) for n in 'tokens emb h_in Ph Pe W head vmap kv'.split()] + [('slots', ctypes.c_long)]
-                + [(n, ctypes.c_void_p) for n in 'pt starts nnew cs sn x logits work best'.split()])
+                + [(n, ctypes.c_void_p) for n in 'pt starts nnew cs sn x logits work best hrows'.split()] + [('nh', ctypes.c_long)])
 
 def pack_panels(wT:torch.Tensor) -> torch.Tensor:
     "[K, N] -> [N/32, K, 32]: each panel of 32 columns contiguous, read start to end by the kernel."

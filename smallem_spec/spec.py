@@ -58,15 +58,17 @@ class DraftProposer(Proposer):
         self.sids = [self.cache.new_seq() for _ in prompts]
         self.ctx = [list(p) + [t] for p, t in zip(prompts, first_tokens)]   # the true text of each row
         self.off = [0] * len(prompts)                                       # tokens of ctx before the cache's first
+        self.fresh = [len(c) for c in self.ctx]                             # what a first round reads: the prompt and its first token
 
 # %% ../nbs/05_greedy.ipynb #0692644b
 @patch
 def propose(self:DraftProposer, rows, ks, temperature=0.0, generator=None):
     m, K, dev = self.model, max(ks), self.model.device
-    for r, k in zip(rows, ks):   # read before, and far behind now (after plain steps): read only the last tokens, as a new text
+    for r, k in zip(rows, ks):   # far behind (after plain steps, or a text begun with them): read only the last tokens, as a new text
         n = self.cache.length(self.sids[r])
-        if k > 0 and n > 0 and len(self.ctx[r]) - self.off[r] - n > self.catchup:
-            self.cache.free(self.sids[r]); self.sids[r] = self.cache.new_seq(); self.off[r] = len(self.ctx[r]) - self.catchup
+        if k > 0 and len(self.ctx[r]) - self.off[r] - n > (self.catchup if n > 0 else max(self.catchup, self.fresh[r])):
+            if n > 0: self.cache.free(self.sids[r]); self.sids[r] = self.cache.new_seq()
+            self.off[r] = len(self.ctx[r]) - self.catchup
     sids = [self.sids[r] for r in rows]
     pending = [self.ctx[r][self.off[r] + self.cache.length(s):] if k > 0 else [] for r, s, k in zip(rows, sids, ks)]
     W = max(len(p) for p in pending)
