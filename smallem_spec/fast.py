@@ -374,7 +374,7 @@ def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:in
         nbytes = fast.weight_bytes(); flops = 2 * nbytes / 4
         fl = lambda bw: {T: max(nbytes / (bw * 1e9), T * flops / (rates['matmul_gflops'] * 1e9)) for T in Ts}
         floor, dram = fl(rates['bandwidth_model_size_gbs']), fl(rates['bandwidth_gbs'])
-        t = step_times(paths, Ts, reps=reps, rounds=2)
+        t = step_times(paths, Ts, reps=reps, rounds=5)     # interleaved medians: these shared machines drift by tens of percent
         row = {'weight_mb': round(nbytes / 2**20, 2), 'fast_kernel': fast.kernel,
                'floor_ms': {T: round(f * 1e3, 3) for T, f in floor.items()}, 'dram_floor_ms': {T: round(f * 1e3, 3) for T, f in dram.items()}}
         for path in paths:

@@ -116,3 +116,15 @@ def test_ngram_guesses_on_the_targets_device():
     assert d.device.type == 'meta' and q.device.type == 'meta' and d.shape == (1, 2)
     class Target: device, cfg = torch.device('meta'), type('C', (), {'vocab_size': 50})
     assert make_proposer('ngram', Target(), {}).device.type == 'meta'
+
+def test_drafter_catches_up_on_its_last_tokens(cpu_models, prompts):
+    "A text begun with plain steps (the adaptive policy carries a stretch over from the text before): the drafter's first"
+    "proposal reads the last `catchup` tokens, not the whole text (draft4 once read 232 tokens there, a round that cost 42"
+    "plain steps on an AMD EPYC); a text begun with a round still reads its whole prompt."
+    from smallem_spec.fast import FastSmallem
+    d2, p = FastSmallem(cpu_models['draft2']), prompts[0]
+    late = DraftProposer(d2); late.start([p], [5]); late.accept([0], [list(range(10, 110))])   # 100 plain steps
+    late.propose([0], [2])
+    assert late.cache.length(late.sids[0]) == late.catchup + 1, "read the last 32 tokens, then appended one guess"
+    fresh = DraftProposer(d2); fresh.start([p], [5]); fresh.propose([0], [2])
+    assert fresh.cache.length(fresh.sids[0]) == len(p) + 1 + 1, "the prompt, its first token, one guess"
