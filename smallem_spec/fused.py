@@ -223,6 +223,7 @@ typedef struct {
   float *x, *logits, *work;                        /* out: hidden [R, D], logits [R, Vh]; scratch (see smallem_work_floats) */
   long *best;                                      /* out: each row's argmax (the first largest logit), as a token id */
   const long *hrows; long nh;                      /* NULL: the head for every row; else only for these nh rows (logits [nh, Vh]) */
+  const float *hscale;                             /* NULL, or [D] factors on the head's input (a head packed with another norm's gain) */
 } pass_args;
 
 long smallem_work_floats(int R, int D, int F, int maxpos, int nthreads) {
@@ -290,12 +291,17 @@ _SRC_PASS2 = r'''    }
 
 # %% ../nbs/12a_fused_cpu.ipynb #378aa62b
 _SRC_PASS3 = r'''    const long nh = a->hrows ? a->nh : R; const float *xh = x;
-    if (a->hrows) {                              /* the head for a few rows only (a chain's first pass needs each row's last) */
+    if (a->hrows || a->hscale) {                 /* the head for a few rows only (a chain's first pass needs each row's last) */
       #pragma omp for schedule(static)
-      for (long i = 0; i < nh; i++) memcpy(hh + i * D, x + a->hrows[i] * D, D * 4);
+      for (long i = 0; i < nh; i++) memcpy(hh + i * D, x + (a->hrows ? a->hrows[i] : i) * D, D * 4);
       xh = hh;
     }
     inv_rms(nh, D, xh, a->eps, iv);
+    if (a->hscale) {                             /* the MTP module reads the target's head: its own gain over the target's */
+      #pragma omp barrier
+      #pragma omp for schedule(static)
+      for (long i = 0; i < nh; i++) for (int d = 0; d < D; d += 16) st(hh + i * D + d, ld(hh + i * D + d) * ld(a->hscale + d));
+    }
     gemm(nh, D, a->Vh, xh, D, a->head, a->logits, a->Vh, iv, 0);
     #pragma omp for schedule(static)
     for (long r = 0; r < nh; r++) {              /* the greedy token of each row, while its logits are in cache */
@@ -365,7 +371,7 @@ class PassArgs(ctypes.Structure):
     "The arguments of `smallem_pass` (the C struct `pass_args`)."
     _fields_ = ([(n, ctypes.c_int) for n in 'R B T D H hd F V Vh nl S P maxpos nthreads'.split()] + [('eps', ctypes.c_float)]
                 + [(n, ctypes.c_void_p) for n in 'tokens emb h_in Ph Pe W head vmap kv'.split()] + [('slots', ctypes.c_long)]
-                + [(n, ctypes.c_void_p) for n in 'pt starts nnew cs sn x logits work best hrows'.split()] + [('nh', ctypes.c_long)])
+                + [(n, ctypes.c_void_p) for n in 'pt starts nnew cs sn x logits work best hrows'.split()] + [('nh', ctypes.c_long), ('hscale', ctypes.c_void_p)])
 
 def pack_panels(wT:torch.Tensor) -> torch.Tensor:
     "[K, N] -> [N/32, K, 32]: each panel of 32 columns contiguous, read start to end by the kernel."
@@ -442,18 +448,19 @@ class FusedPass:
             self.main = dict(W=[w for b in model.layers for w in block(b)], E=E * g(model.norm))
             if model.mtp is not None:
                 m = model.mtp; P = m.proj.weight.detach().float()
-                self.mtp = dict(W=block(m.block), E=E * g(m.norm),
+                self.mtp = dict(W=block(m.block), E=self.main['E'], hs=(g(m.norm) / g(model.norm)).reshape(-1).contiguous(),  # the target's head, shared
                                 Ph=pack_panels((P[:, :D] * g(m.norm_h)).t()), Pe=pack_panels((P[:, D:] * g(m.norm_e)).t()))
             half = c.head_dim // 2
             self.cs, self.sn = model.cos[:, :half].float().contiguous(), model.sin[:, :half].float().contiguous()
         for d in (self.main, getattr(self, 'mtp', None)):   # one argument struct each, its fixed fields set once
             if d is None: continue
-            d['head'], d['heads'] = pack_panels(d['E'].t()), {}
+            d['head'], d['heads'] = (pack_panels(d['E'].t()), {}) if 'hs' not in d else (self.main['head'], self.main['heads'])
             d['ptrs'] = (ctypes.c_void_p * len(d['W']))(*[w.data_ptr() for w in d['W']])
             d['args'] = PassArgs(D=D, H=c.n_heads, hd=c.head_dim, F=c.ffn_dim, V=c.vocab_size, Vh=c.vocab_size, maxpos=c.max_seq_len - 1,
                                  eps=c.norm_eps, emb=E.data_ptr(), cs=self.cs.data_ptr(), sn=self.sn.data_ptr(),
                                  nl=len(d['W']) // 4, W=ctypes.addressof(d['ptrs']), head=d['head'].data_ptr(),
-                                 Ph=d['Ph'].data_ptr() if 'Ph' in d else None, Pe=d['Pe'].data_ptr() if 'Pe' in d else None)
+                                 Ph=d['Ph'].data_ptr() if 'Ph' in d else None, Pe=d['Pe'].data_ptr() if 'Pe' in d else None,
+                                 hscale=d['hs'].data_ptr() if 'hs' in d else None)
         self.work, self._need = torch.empty(0), {}
 
     def draft_head(self, vocab:torch.Tensor, mtp:bool=False):
