@@ -80,6 +80,11 @@ def test_grid_row_predicts_a_known_proposer_exactly(target, prompts, ref):
     assert row['predicted_speedup'] == round(hand, 3) == 1.463, row
     assert row['alpha_per_position'] == [1.0, 1.0, 0.0] and row['tokens_per_round'] == 3.0 and row['identical'] is True
     assert row['host_per_round'] == 0.15 and row['occupancy'] == 1.0 and row['speedup'] == round(640 / 320, 3)
+    # with the verify pass timed in the loop (rho = 1.2: 20% dearer than v(3) t1), the row prices it at v(3) rho t1
+    costs[1]['rho'] = {0.0: {'draft2': 1.2}}
+    row = _grid_row(('draft2', 3, 0.0, 1), raw[('draft2', 3, 0.0, 1)], raw, costs, fast=True)
+    hand = 3 * 0.002 / (1.5 * 1.2 * 0.002 + (0.05 + 3 * 0.1 + 0.05) * 0.002 + 0.0003)   # 0.006 / 0.0047 = 1.2766...
+    assert row['predicted_speedup'] == round(hand, 3) == 1.277 and row['verify_scale'] == 1.2, row
 
 def test_heuristic_k_schedule(target, prompts, ref):
     "transformers' schedule, +2 after a round with every guess kept, -1 otherwise, between 1 and kmax."
