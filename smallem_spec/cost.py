@@ -66,7 +66,8 @@ class AdaptiveK:
                  plain_every:int=64,       # re-time plain steps after this many rounds
                  margin:float=0.02,        # speculate only where a k is predicted to beat plain steps by this much
                  backoff:int=2,            # how much longer each stretch of plain steps is than the last, after a probe that failed
-                 probe_share:float=0.03):  # and at least long enough that the next probe is expected to lose no more than this share of it
+                 probe_share:float=0.03,   # and at least long enough that the next probe is expected to lose no more than this share of it
+                 warm:int=4):              # plain steps of a stretch not timed as the unit (caches still full of the proposer's weights)
         if kmax < 1: raise SmallemError(f"kmax must be >= 1 (got {kmax})")
         self.kmax, self.c, self.v, self.host, self.decay, self.prior = kmax, c, v, host, decay, prior
         self.acc, self.seen = [0.0] * kmax, [0.0] * kmax
@@ -76,6 +77,7 @@ class AdaptiveK:
         self.t_plain, self.rounds, self._t0, self._prev, self._hs, self.costs, self._left = None, 0, None, 0, [], {}, 0
         self.timed_rounds, self._ts, self._tp = {}, {}, []   # k -> rounds of that k timed so far, the last costs timed; the last plain timings
         self.catchup, self._cu = 0.0, []                # what a probe's first round pays beyond a usual round (plain steps), its last values
+        self.warm, self.switch, self._sw, self._timing = warm, 0.0, [], False   # what the first `warm` plain steps after rounds pay beyond the unit
 
     def alphas(self):
         "Per-position estimates, each shrunk toward the one before it (the first toward 1/2)."
@@ -99,30 +101,35 @@ class AdaptiveK:
 @patch
 def choose(self:AdaptiveK) -> int:
     "The k of the next round; 0 asks the loop for `self.steps` plain steps."
-    self.rounds += 1; self.steps = 1
+    self.rounds += 1; self.steps, self._timing = 1, False
     g = self.gains(); k = max(g, key=g.get)
     if not self.timed:                              # no clock (simulations): probe once every probe_every rounds
         if g[k] < 1.0 and self.rounds % self.probe_every: k = 0
     elif self._left > 0: k, self.steps, self._left = 0, self._left, 0          # a stretch the end of a text cut short
-    elif self.t_plain is None or self.rounds % self.plain_every == 0: k, self.steps = 0, 4     # time plain steps
+    elif self.t_plain is None or self.rounds % self.plain_every == 0: k, self.steps, self._timing = 0, self.warm + 4, True   # time plain steps
     elif self._burst > 0: self._burst -= 1; k = max(k, self.k0)   # a probe: speculate, at least k0 guesses (one guess tells little of the next)
     elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3:   # no k pays, by what the best one was seen to cost
-        loss = self.probe_rounds * self.cost(k) * (1 - g[k]) + self.catchup   # plain steps the next probe is expected to lose (probing at k)
+        loss = self.probe_rounds * self.cost(k) * (1 - g[k]) + self.catchup + self.switch   # plain steps the next probe is expected to lose (at k)
         k, self.steps, self._burst = 0, max(self.stretch, math.ceil(loss / self.probe_share)), self.probe_rounds
-        self.stretch = min(self.backoff * self.stretch, 64 * self.probe_every)
+        self.stretch = min(self.backoff * self.steps, 64 * self.probe_every)   # the next stretch, if this probe fails too
     else: self.stretch = self.probe_every
     self.k, self._t0 = k, time.perf_counter()
     return k
 
 @patch
-def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=1):
-    "Time the round (or the plain steps); count, for each row, the positions it reached and which of them were accepted."
+def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=1, first:tuple|None=None):
+    "Time the round (or the plain steps: `first` = (w, seconds the first w of them took)); count, for each row, the positions it reached and which of them were accepted."
     dt = time.perf_counter() - self._t0 if (self.timed and self._t0 is not None) else None
     prev, self._prev = self._prev, k
     if k == 0:       # plain steps time the unit every cost is priced in, and teach nothing about acceptance
-        if dt is not None:   # the median of the last nine stretches: one that the machine stalled in would price every round low
-            self._tp = (self._tp + [dt / steps])[-9:]; self.t_plain = sorted(self._tp)[len(self._tp) // 2]
-        self._left = max(0, self.steps - steps) if self.steps > 4 else 0     # the rest of a stretch goes on in the next text
+        w, tw = first or (0, 0.0)
+        if dt is not None and (steps > max(w, self.warm) or (first and steps > w) or self.t_plain is None):
+            # the median of the last nine stretches, past their first w steps: one stretch the machine stalled in would price
+            # every round low, and so would the steps right after rounds, which read weights the proposer pushed out of cache
+            self._tp = (self._tp + [(dt - tw) / (steps - w)])[-9:]; self.t_plain = sorted(self._tp)[len(self._tp) // 2]
+            if w and prev != 0:   # what those first steps paid beyond the unit: part of what a probe costs
+                self._sw = (self._sw + [tw / self.t_plain - w])[-9:]; self.switch = max(0.0, sorted(self._sw)[len(self._sw) // 2])
+        self._left = 0 if self._timing else max(0, self.steps - steps)     # the rest of a stretch goes on in the next text
         return
     if dt is not None and self.t_plain and prev == 0 and k in self.costs:   # after plain steps the proposer catches up: what that costs
         self._cu = (self._cu + [dt / self.t_plain - self.costs[k]])[-9:]; self.catchup = max(0.0, sorted(self._cu)[len(self._cu) // 2])

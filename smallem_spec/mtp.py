@@ -20,9 +20,10 @@ __all__ = ['PROPOSERS', 'DRAFTERS', 'MTPProposer', 'parse_proposer', 'make_propo
 class MTPProposer(Proposer):
     "Proposes with the target's own MTP module, from the hidden states of the target's verify passes."
     needs_hidden = True
-    def __init__(self, target, vocab=None):   # vocab: sorted token ids the guesses are restricted to (a draft vocabulary)
+    def __init__(self, target, vocab=None,   # vocab: sorted token ids the guesses are restricted to (a draft vocabulary)
+                 catchup:int=32):              # after plain steps, a row with more pending states than this restarts on its last `catchup`
         if target.mtp is None: raise SmallemError("this target has no MTP module (use the `target` model, not `target_nomtp`)")
-        self.target, self.vocab_size = target, target.cfg.vocab_size
+        self.target, self.vocab_size, self.catchup = target, target.cfg.vocab_size, catchup
         self.vocab, self.mask = draft_mask(vocab, self.vocab_size, target.device)
         self.manifest = getattr(target, 'manifest', None)
     def __repr__(self): return f"MTPProposer({vocab_note(self.vocab)[2:]})"
@@ -34,11 +35,17 @@ class MTPProposer(Proposer):
         # pending true positions: hidden states [n, D] and the token that followed each
         self.h = [hidden[b, :len(p)] for b, p in enumerate(prompts)]
         self.nxt = [list(p[1:]) + [t0] for p, t0 in zip(prompts, first_tokens)]
+        self.fresh = [len(p) for p in prompts]                   # what a first round reads: the prompt's states
 
 # %% ../nbs/08_mtp.ipynb #8d97b909
 @patch
 def propose(self:MTPProposer, rows, ks, temperature=0.0, generator=None):
     t, K, dev = self.target, max(ks), self.target.device
+    for r, k in zip(rows, ks):   # far behind (after plain steps): only the last states, as a new text (positions are relative)
+        n = self.cache.length(self.sids[r])
+        if k > 0 and len(self.nxt[r]) > (self.catchup if n > 0 else max(self.catchup, self.fresh[r])):
+            if n > 0: self.cache.free(self.sids[r]); self.sids[r] = self.cache.new_seq()
+            self.h[r], self.nxt[r] = self.h[r][-self.catchup:], self.nxt[r][-self.catchup:]
     sids = [self.sids[r] for r in rows]
     n_new = [len(self.nxt[r]) if k > 0 else 0 for r, k in zip(rows, ks)]
     W = max(n_new); D = t.cfg.dim

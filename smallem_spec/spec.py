@@ -201,14 +201,16 @@ def _check_generation(target, proposer, prompts, max_new_tokens, k, temperature)
     return check_prompts(prompts, cfg.vocab_size, cfg.max_seq_len)
 
 def _plain_stretch(target, proposer, cache, sids, rows, last, out, budget, k_policy, temperature, generator, tp):
-    "k = 0: plain steps as tight as `generate` (as many as the policy asks), the proposer told once at the end; returns the steps."
+    "k = 0: plain steps as tight as `generate` (as many as the policy asks), the proposer told once at the end; returns the steps (and what the first of them took, for the policy's clock)."
     t0, m = time.perf_counter(), max(1, min([getattr(k_policy, 'steps', 1)] + [budget[b] - len(out[b]) for b in rows]))
-    ems, hs = _plain_steps(target, cache, [sids[b] for b in rows], [last[b] for b in rows], m, temperature, generator, proposer.needs_hidden)
+    w = getattr(k_policy, 'warm', 0) if target.device.type == 'cpu' else 0   # steps after which a policy's clock is read (cold caches: 09_cost_model)
+    marks = [] if 0 < w < m else None
+    ems, hs = _plain_steps(target, cache, [sids[b] for b in rows], [last[b] for b in rows], m, temperature, generator, proposer.needs_hidden, w, marks)
     t1 = time.perf_counter()
     for em, b in zip(ems, rows): out[b].extend(em); last[b] = em[-1]
     proposer.accept(rows, ems, hs)
     tp['verify'] += t1 - t0; tp['accept'] += time.perf_counter() - t1
-    return m
+    return m, ((w, marks[0] - t0) if marks else None)   # the steps, and what the first w of them took
 
 # %% ../nbs/05_greedy.ipynb #66a353bd
 @torch.inference_mode()
@@ -237,15 +239,15 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
                 ks = [min(kr, budget[b] - len(out[b]) - 1) for b in rows]
                 tp['bookkeeping'] += clock() - t5
                 if max(ks) == 0:
-                    m = _plain_stretch(target, proposer, cache, sids, rows, last, out, budget, k_policy, temperature, generator, tp)
+                    m, first = _plain_stretch(target, proposer, cache, sids, rows, last, out, budget, k_policy, temperature, generator, tp)
                     kr, ks, ns = 0, [0] * len(rows), [0] * len(rows)
                 else:
                     ems, ns = speculative_round(target, proposer, cache, sids, rows, ks, last, [len(prompts[b]) + len(out[b]) - 1 for b in rows],
                                                 temperature, generator, _residual, tp)
                     for em, b in zip(ems, rows): out[b].extend(em); last[b] = em[-1]
-                    m = 1
+                    m, first = 1, None
                 t5 = clock()
-                if k_policy is not None: k_policy.update(kr, ns, ks, steps=m)
+                if k_policy is not None: k_policy.update(kr, ns, ks, steps=m, **({'first': first} if first else {}))
                 log += [(kr, ks, ns)] * m                                          # statistics are gathered at the end
                 if on_round is not None: on_round(cache, sids, out)
         finally: proposer.finish()
@@ -254,10 +256,11 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
     return out, SpecStats.from_log(log, k, out, tp, clock() - t_start, stopped)
 
 # %% ../nbs/05_greedy.ipynb #f2b6caac
-def _plain_steps(target, cache, sids, last, m, temperature, generator, hidden:bool):
-    "m plain steps of rows continuing from tokens `last`: the emitted tokens of each row, and the hidden states [A, m, D] if asked."
+def _plain_steps(target, cache, sids, last, m, temperature, generator, hidden:bool, mark:int=0, marks:list|None=None):
+    "m plain steps of rows continuing from tokens `last`: the emitted tokens of each row, and the hidden states [A, m, D] if asked (`marks` receives the clock as step `mark` begins)."
     x, xs, hs = torch.tensor([[t] for t in last], device=target.device), [], []
-    for _ in range(m):
+    for i in range(m):
+        if marks is not None and i == mark: marks.append(time.perf_counter())
         res = target(x, cache, sids, return_hidden=hidden)
         lg, h = res if isinstance(res, tuple) else (res, None)
         if hidden: hs.append(h)

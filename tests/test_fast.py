@@ -53,6 +53,15 @@ def test_greedy_identity_fast_path(cpu_models, fast, prompts, B):
         for k in (1, 2, 3):
             out = [o for ch in chunks for o in speculative_generate(t, mk(), ch, 200, k)[0]]
             assert out == plain, f"{name}, k={k}, B={B}: differs from plain greedy on the fast path"
+    class Alternate:   # stretches of 40 plain steps between 3 rounds at k = 3: every catch-up restarts on the last 32 tokens or states
+        def __init__(self): self.i, self.steps = 0, 1
+        def choose(self):
+            self.i += 1; self.steps = 40 if self.i % 4 == 0 else 1
+            return 0 if self.i % 4 == 0 else 3
+        def update(self, *a, **kw): pass
+    for name in ('draft2', 'mtp'):
+        out = [o for ch in chunks for o in speculative_generate(t, makers[name](), ch, 200, 3, k_policy=Alternate())[0]]
+        assert out == plain, f"{name}, plain stretches between rounds, B={B}: differs from plain greedy on the fast path"
 
 def test_graphs_emulated_greedy_identity(cpu_models, prompts):
     "The static-shape path the CUDA graphs replay (padded context, pooled cache) gives the same greedy texts."
@@ -63,12 +72,12 @@ def test_graphs_emulated_greedy_identity(cpu_models, prompts):
     assert len(g._graphs) >= 2, "no graph shapes were recorded"
 
 def test_end_to_end_sampling_fast_path(fast, prompts):
-    "Tokens 2-3 of 4000 speculative continuations (MTP, fast path) against the exact law: 2 chi-squared tests at 0.1% (false-failure rate at most 0.2%)."
+    "Tokens 2-3 of 4000 speculative continuations (MTP, fast path) against the exact law: 2 chi-squared tests at 0.1%"
+    "(false-failure rate at most 0.2%). Its negative control, every proposal accepted, is rejected on the same prompt and"
+    "seed in tests/test_draft_vocab.py (the MTP module over 256 tokens), the realistic bug in tests/test_verify.py."
     t = fast['target']
     r = e2e_test(t, lambda: MTPProposer(t), prompts[0], 4000, seed=4)
     assert r['stat'] < r['threshold'], f"speculative vs the exact law: chi2 {r['stat']:.1f} >= {r['threshold']:.1f} (false-failure rate at most 0.2%)"
-    r = e2e_test(t, lambda: MTPProposer(t), prompts[0], 4000, seed=4, mode='accept')
-    assert r['stat'] > r['threshold'], "negative control (every proposal accepted) not rejected"
 
 def test_bad_inputs(cpu_models):
     f = FastSmallem(cpu_models['target'])

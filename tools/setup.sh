@@ -29,9 +29,11 @@ if [ "${1:-}" = dev ]; then
   # 9.7 CPU-minutes of compiling on the Intel Xeon kind (10 m 49 s wall while other jobs loaded the machine);
   # 3 m 48 s wall on a quiet AMD EPYC (issue 20). Nothing to do once installed.
   # --no-cache-dir: never reuse a wheel compiled for another processor from a shared pip cache.
+  # LLAVA_BUILD=OFF: not the multimodal library (libmtmd), which the parity test never loads (`from llama_cpp import Llama`
+  # and a text model need only libllama and ggml); less to compile on a CI machine.
   if ! python -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '0.3.36')" 2>/dev/null; then
     echo "setup: building llama-cpp-python 0.3.36 from source (about 4 to 10 minutes on 2 cores)"
-    pip install -q --no-cache-dir llama-cpp-python==0.3.36
+    CMAKE_ARGS="${CMAKE_ARGS:-} -DLLAVA_BUILD=OFF" pip install -q --no-cache-dir llama-cpp-python==0.3.36
   fi
   # the docs' browser test needs Chromium (Debian's package)
   if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
