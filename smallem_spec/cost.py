@@ -111,7 +111,7 @@ def choose(self:AdaptiveK) -> int:
     elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3:   # no k pays, by what the best one was seen to cost
         loss = self.probe_rounds * self.cost(k) * (1 - g[k]) + self.catchup + self.switch   # plain steps the next probe is expected to lose (at k)
         k, self.steps, self._burst = 0, max(self.stretch, math.ceil(loss / self.probe_share)), self.probe_rounds
-        self.stretch = min(self.backoff * self.steps, 64 * self.probe_every)   # the next stretch, if this probe fails too
+        self.stretch = min(self.backoff * self.stretch, 64 * self.probe_every)
     else: self.stretch = self.probe_every
     self.k, self._t0 = k, time.perf_counter()
     return k
