@@ -197,8 +197,8 @@ def test_adaptive_plain_unit_ignores_a_stall(monkeypatch):
     assert pol.t_plain == 1.0
 
 def test_adaptive_plain_unit_skips_the_cold_steps(monkeypatch):
-    "The first plain steps after speculative rounds read weights the proposer pushed out of cache (on an AMD EPYC they cost"
-    "a third to two thirds more than later ones). Stretches of 8 steps whose first 4 cost 1.5 each and the rest 1: the unit"
+    "The first plain steps after speculative rounds read weights the proposer pushed out of cache (on an AMD EPYC the first"
+    "cost a fifth to two thirds more than the steady ones, by proposer, and the next three less and less). Stretches of 8 steps whose first 4 cost 1.5 each and the rest 1: the unit"
     "is 1 (timing whole stretches, as before, gave 1.25, every round then looking a fifth cheaper than it is), and what the"
     "cold steps paid beyond it (2 plain steps) is kept as part of a probe's cost; a stretch after plain steps teaches no"
     "switching cost."
