@@ -78,7 +78,8 @@ def test_bad_vocabularies_and_names(fast):
 
 def test_end_to_end_draft2_with_a_draft_vocabulary(fast, prompts):
     "The same test for draft2 restricted to 1,024 tokens (false-failure rate at most 0.2%), with the control of every"
-    "proposal accepted (the other control, plain draft2's own law, is the same generation as test_verify.py's)."
+    "proposal accepted (the other control, plain draft2's own law against the target's, is test_verify.py's, on the"
+    "reference code, whose draft2 gives the same texts)."
     t = fast['target']; mk = lambda: make_proposer('draft2_v1024', t, {'draft2': fast['draft2']}, 'cpu')
     r = e2e_test(t, mk, prompts[0], 4000, seed=5)
     assert r['stat'] < r['threshold'], f"speculative vs the exact law: chi2 {r['stat']:.1f} >= {r['threshold']:.1f} (false-failure rate at most 0.2%)"
