@@ -189,6 +189,7 @@ def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx)
     r3 = lambda d: {str(a): round(x, 3) for a, x in d.items()}
     return dict(preset=preset, prompts=n_prompts, prompt_tokens=32, new_tokens=new_tokens, repeats=repeats, cost_context=ctx,
                 device=str(target.device), cpu=cpu_info()['model'], cpu_info=cpu_info(), kernel=getattr(target, 'kernel', 'reference'),
+                drafter_panels='fp16' if getattr(target, 'kernel', None) == 'fused' else 'as the target',   # DraftProposer's view (12a_fused_cpu)
                 threads=torch.get_num_threads(), torch=torch.__version__, gpu=torch.cuda.get_device_name() if target.device.type == 'cuda' else None,
                 costs={str(b): {'t1_ms': round(c['t1'] * 1e3, 3), 'v': r3(c['v']), 'c': r3(c['c']), 'c0': r3(c['c0']),
                                 'rho': {str(T): {p: round(x, 3) for p, x in d.items()} for T, d in c.get('rho', {}).items()},

@@ -4,7 +4,7 @@
 
 # %% ../nbs/12_fast_path.ipynb #aed0f1ed
 from __future__ import annotations
-import argparse, json, math, statistics, time
+import argparse, copy, json, math, statistics, time
 from typing import List, Optional
 import torch
 import torch.nn.functional as F
@@ -208,6 +208,17 @@ def new_cache(self:FastSmallem, batch:int=1, page_size:int|None=None, n_pages:in
     cache = FastKVCache(n_layers, c.n_heads, c.head_dim, n_pages, ps, c.max_seq_len, device=self.device, dtype=self.emb.dtype, pool=pool)
     if pool is not None: self._live[kind] = cache
     return cache
+
+# %% ../nbs/12_fast_path.ipynb #a7dca953
+@patch
+def as_proposer(self:FastSmallem) -> FastSmallem:
+    "The same model for proposing only: on the fused kernel its passes read fp16 copies of the weights, the norm gains kept apart (`12a_fused_cpu`); made once, the caches as before. Elsewhere the model itself."
+    if self.fused is None or self.fused.half: return self
+    if getattr(self, '_proposer', None) is None:
+        p = copy.copy(self)
+        p.fused = FusedPass(self.model, _interleave(self.cfg.n_heads, self.cfg.head_dim).to(self.device), half=True)
+        p._proposer = self._proposer = p
+    return self._proposer
 
 # %% ../nbs/12_fast_path.ipynb #96594ef3
 @patch

@@ -90,6 +90,75 @@ static void gemm(int R, int K, int N, const float *X, long ldx, const float *W, 
 
 '''
 
+# %% ../nbs/12a_fused_cpu.ipynb #f8ae00e8
+_SRC_GEMMH = r'''
+/* The same product with fp16 panels: each weight is widened to fp32 in registers (exactly: every fp16 value is a
+   float), then the same multiply-adds in the same order. Half the bytes to read for the same arithmetic; what a
+   proposer's passes use (`FusedPass(half=True)`). */
+#if defined(__AVX512F__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+static inline v16 ldh(const unsigned short *p) {
+#if defined(__AVX512F__)
+  __m256i h; memcpy(&h, p, 32); __m512 f = _mm512_cvtph_ps(h); v16 v; memcpy(&v, &f, 64); return v;
+#elif defined(__F16C__)
+  __m128i h0, h1; memcpy(&h0, p, 16); memcpy(&h1, p + 8, 16);
+  __m256 f0 = _mm256_cvtph_ps(h0), f1 = _mm256_cvtph_ps(h1); v16 v; memcpy(&v, &f0, 32); memcpy((char *)&v + 32, &f1, 32); return v;
+#else                                             /* no conversion instruction: by hand (sign, exponent, mantissa) */
+  v16 v;
+  for (int i = 0; i < 16; i++) {
+    unsigned h = p[i], e = (h >> 10) & 31, m = h & 1023;
+    float f = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), (int)e - 25);
+    v[i] = (h & 0x8000) ? -f : f;
+  }
+  return v;
+#endif
+}
+#define PANELH(RT) \
+static void panelh##RT(int K, const float *restrict X, long ldx, const unsigned short *restrict P, float *restrict Y, long ldy, \
+                       const float *restrict sc, int acc) { \
+  v16 a[RT][2]; \
+  for (int r = 0; r < RT; r++) { a[r][0] = (v16){0}; a[r][1] = (v16){0}; } \
+  for (int k = 0; k < K; k++) { \
+    v16 w0 = ldh(P + k * NB), w1 = ldh(P + k * NB + 16); \
+    __asm__("" : "+v"(w0), "+v"(w1)); \
+    for (int r = 0; r < RT; r++) { float xv = X[r * ldx + k]; a[r][0] += xv * w0; a[r][1] += xv * w1; } \
+  } \
+  for (int r = 0; r < RT; r++) { \
+    v16 s0 = a[r][0] * sc[r], s1 = a[r][1] * sc[r]; \
+    if (acc) { s0 += ld(Y + r * ldy); s1 += ld(Y + r * ldy + 16); } \
+    st(Y + r * ldy, s0); st(Y + r * ldy + 16, s1); \
+  } \
+}
+PANELH(1) PANELH(2) PANELH(3) PANELH(4) PANELH(5) PANELH(6) PANELH(7) PANELH(8)
+
+static void gemmh(int R, int K, int N, const float *X, long ldx, const float *Wf, float *Y, long ldy, const float *sc, int acc) {
+  const unsigned short *W = (const unsigned short *)Wf;
+  #pragma omp for schedule(static)
+  for (int c = 0; c < N / NB; c++) {
+    const unsigned short *P = W + (long)c * K * NB;
+    for (int r0 = 0; r0 < R; r0 += 8) {
+      const float *x = X + r0 * ldx, *s = sc + r0; float *y = Y + r0 * ldy + c * NB;
+      switch (R - r0 < 8 ? R - r0 : 8) {
+        case 1: panelh1(K, x, ldx, P, y, ldy, s, acc); break; case 2: panelh2(K, x, ldx, P, y, ldy, s, acc); break;
+        case 3: panelh3(K, x, ldx, P, y, ldy, s, acc); break; case 4: panelh4(K, x, ldx, P, y, ldy, s, acc); break;
+        case 5: panelh5(K, x, ldx, P, y, ldy, s, acc); break; case 6: panelh6(K, x, ldx, P, y, ldy, s, acc); break;
+        case 7: panelh7(K, x, ldx, P, y, ldy, s, acc); break; default: panelh8(K, x, ldx, P, y, ldy, s, acc);
+      }
+    }
+  }
+}
+
+/* fp16 panels hold the weights as trained, so a norm's gain cannot be folded into them: it scales the rows of x
+   instead, into this thread's own copy (no barrier; the identity where g is NULL, the gain being folded) */
+static const float *gained(int R, int D, const float *x, const float *g, float *buf) {
+  if (!g) return x;
+  for (int r = 0; r < R; r++) for (int d = 0; d < D; d += 16) st(buf + (long)r * D + d, ld(x + (long)r * D + d) * ld(g + d));
+  return buf;
+}
+
+'''
+
 # %% ../nbs/12a_fused_cpu.ipynb #ed6b3137
 _SRC_ATTN1 = r'''
 /* 1/rms of each row; every thread computes it into its own array (cheap, and no barrier) */
@@ -224,10 +293,12 @@ typedef struct {
   long *best;                                      /* out: each row's argmax (the first largest logit), as a token id */
   const long *hrows; long nh;                      /* NULL: the head for every row; else only for these nh rows (logits [nh, Vh]) */
   const float *hscale;                             /* NULL, or [D] factors on the head's input (a head packed with another norm's gain) */
+  const float *const *G;                           /* NULL (gains folded), or the gains of fp16 blocks: 2 per layer, then the MTP's h and e */
+  int f16;                                         /* which panels are fp16: 1 the blocks (and the MTP's Ph, Pe), 2 the head */
 } pass_args;
 
 long smallem_work_floats(int R, int D, int F, int maxpos, int nthreads) {
-  return (long)R * (4 * D + 3 * F + (F > D ? 0 : D - F)) + (long)nthreads * (maxpos + 1 + 2 * R + 16);
+  return (long)R * (4 * D + 3 * F + (F > D ? 0 : D - F)) + (long)nthreads * (maxpos + 1 + 2 * R + 16 + (long)R * D);
 }
 
 int smallem_pass(const pass_args *a) {
@@ -238,16 +309,18 @@ int smallem_pass(const pass_args *a) {
   const float scale = 1.0f / sqrtf((float)hd);
   #pragma omp parallel num_threads(a->nthreads)
   {
-    float *p = thr + (long)omp_get_thread_num() * (L1 + 2 * R + 16), *iv = p + L1, *one = iv + R;
+    float *p = thr + (long)omp_get_thread_num() * (L1 + 2 * R + 16 + (long)R * D), *iv = p + L1, *one = iv + R, *xg = one + R + 16;
+    void (*mm)(int, int, int, const float *, long, const float *, float *, long, const float *, int) = a->f16 & 1 ? gemmh : gemm;
+    const float *const *G = a->G;
     float *x = a->x;
     for (int r = 0; r < R; r++) one[r] = 1.0f;
     #pragma omp for schedule(static)
     for (int r = 0; r < R; r++) memcpy((a->h_in ? hh : x) + (long)r * D, a->emb + a->tokens[r] * D, D * 4);
     if (a->h_in) {                                /* MTP: x = norm(h) Ph + norm(e) Pe */
       inv_rms(R, D, a->h_in, a->eps, iv);
-      gemm(R, D, D, a->h_in, D, a->Ph, x, D, iv, 0);
+      mm(R, D, D, gained(R, D, a->h_in, G ? G[2 * a->nl] : 0, xg), D, a->Ph, x, D, iv, 0);
       inv_rms(R, D, hh, a->eps, iv);
-      gemm(R, D, D, hh, D, a->Pe, x, D, iv, 1);
+      mm(R, D, D, gained(R, D, hh, G ? G[2 * a->nl + 1] : 0, xg), D, a->Pe, x, D, iv, 1);
 '''
 
 # %% ../nbs/12a_fused_cpu.ipynb #491a5e37
@@ -256,7 +329,7 @@ _SRC_PASS2 = r'''    }
       const float *const *W = a->W + 4 * l;
       float *kvl = a->kv + (long)l * a->slots * 2 * D;
       inv_rms(R, D, x, a->eps, iv);
-      gemm(R, D, 3 * D, x, D, W[0], qkv, 3 * D, iv, 0);
+      mm(R, D, 3 * D, gained(R, D, x, G ? G[2 * l] : 0, xg), D, W[0], qkv, 3 * D, iv, 0);
       #pragma omp for schedule(static)
       for (int r = 0; r < R; r++) {              /* RoPE on q and k (each pair side by side), then K and V into the cache */
         int b = r / T, t = r % T; long pos = a->starts[b] + t; if (pos > a->maxpos) pos = a->maxpos;
@@ -277,15 +350,15 @@ _SRC_PASS2 = r'''    }
         attend(qkv + (long)r * 3 * D + h * hd, kvl, a->pt + b * a->P, S, n < 1 ? 1 : n, D, h * hd, hd, scale, p,
                o + (long)r * D + h * hd);
       }
-      gemm(R, D, D, o, D, W[1], x, D, one, 1);
+      mm(R, D, D, o, D, W[1], x, D, one, 1);
       inv_rms(R, D, x, a->eps, iv);
-      gemm(R, D, 2 * F, x, D, W[2], gu, 2 * F, iv, 0);
+      mm(R, D, 2 * F, gained(R, D, x, G ? G[2 * l + 1] : 0, xg), D, W[2], gu, 2 * F, iv, 0);
       #pragma omp for schedule(static)
       for (int r = 0; r < R; r++) {              /* SwiGLU */
         const float *g = gu + (long)r * 2 * F, *u = g + F; float *y = hh + (long)r * F;
         for (int i = 0; i < F; i += 16) { v16 gv = ld(g + i); st(y + i, gv / (1.0f + vexp(-gv)) * ld(u + i)); }
       }
-      gemm(R, F, D, hh, F, W[3], x, D, one, 1);
+      mm(R, F, D, hh, F, W[3], x, D, one, 1);
     }
 '''
 
@@ -302,7 +375,7 @@ _SRC_PASS3 = r'''    const long nh = a->hrows ? a->nh : R; const float *xh = x;
       #pragma omp for schedule(static)
       for (long i = 0; i < nh; i++) for (int d = 0; d < D; d += 16) st(hh + i * D + d, ld(hh + i * D + d) * ld(a->hscale + d));
     }
-    gemm(nh, D, a->Vh, xh, D, a->head, a->logits, a->Vh, iv, 0);
+    (a->f16 & 2 ? gemmh : gemm)(nh, D, a->Vh, xh, D, a->head, a->logits, a->Vh, iv, 0);
     #pragma omp for schedule(static)
     for (long r = 0; r < nh; r++) {              /* the greedy token of each row, while its logits are in cache */
       const float *l = a->logits + r * a->Vh; long b = 0;
@@ -364,19 +437,20 @@ void smallem_gemm(int R, int K, int N, const float *X, const float *W, float *Y,
 }
 '''
 _SRC_PASS = _SRC_PASS1 + _SRC_PASS2 + _SRC_PASS3 + _SRC_PASS4
-KERNEL_SRC = _SRC_HEAD + _SRC_GEMM + _SRC_ATTN + _SRC_SAMPLE + _SRC_PASS
+KERNEL_SRC = _SRC_HEAD + _SRC_GEMM + _SRC_GEMMH + _SRC_ATTN + _SRC_SAMPLE + _SRC_PASS
 
 # %% ../nbs/12a_fused_cpu.ipynb #c4bec69c
 class PassArgs(ctypes.Structure):
     "The arguments of `smallem_pass` (the C struct `pass_args`)."
     _fields_ = ([(n, ctypes.c_int) for n in 'R B T D H hd F V Vh nl S P maxpos nthreads'.split()] + [('eps', ctypes.c_float)]
                 + [(n, ctypes.c_void_p) for n in 'tokens emb h_in Ph Pe W head vmap kv'.split()] + [('slots', ctypes.c_long)]
-                + [(n, ctypes.c_void_p) for n in 'pt starts nnew cs sn x logits work best hrows'.split()] + [('nh', ctypes.c_long), ('hscale', ctypes.c_void_p)])
+                + [(n, ctypes.c_void_p) for n in 'pt starts nnew cs sn x logits work best hrows'.split()] + [('nh', ctypes.c_long), ('hscale', ctypes.c_void_p), ('G', ctypes.c_void_p), ('f16', ctypes.c_int)])
 
-def pack_panels(wT:torch.Tensor) -> torch.Tensor:
-    "[K, N] -> [N/32, K, 32]: each panel of 32 columns contiguous, read start to end by the kernel."
+def pack_panels(wT:torch.Tensor, half:bool=False) -> torch.Tensor:
+    "[K, N] -> [N/32, K, 32]: each panel of 32 columns contiguous, read start to end by the kernel (fp16 panels with `half`)."
     K, N = wT.shape
-    return wT.detach().float().reshape(K, N // 32, 32).permute(1, 0, 2).contiguous()
+    p = wT.detach().float().reshape(K, N // 32, 32).permute(1, 0, 2).contiguous()
+    return p.half() if half else p
 
 # %% ../nbs/12a_fused_cpu.ipynb #0a311ad2
 _FLAGS = ['-O3', '-march=native', '-fopenmp', '-fPIC', '-shared', '-ffp-contract=fast']
@@ -435,32 +509,43 @@ def _bad_token(V): raise SmallemError(f"a token id outside the vocabulary [0, {V
 # %% ../nbs/12a_fused_cpu.ipynb #c78ac56f
 class FusedPass:
     "A trained Smallem's weights packed for the fused kernel, and the call that runs one pass (or one MTP pass) over a cache."
-    def __init__(self, model, perm:torch.Tensor, lib=None):
+    def __init__(self, model, perm:torch.Tensor, lib=None,
+                 half:bool=False,       # a proposer's passes: fp16 panels of the weights as trained, the norm gains kept apart
+                 mtp_half:bool=False):  # the MTP module's blocks in fp16 too (its head stays the target's): did not pay (below)
         self.lib = lib or load_kernel(required=True)
-        c = self.cfg = model.cfg; D = c.dim
+        c = self.cfg = model.cfg; D = c.dim; self.half = half
         g = lambda norm: norm.weight.detach().float()[None]          # a norm's gain, folded into the matrix after it
-        def block(b):
+        def block(b, h:bool):   # (panels, gains): folded fp32 panels, or fp16 panels of the trained weights and the gains apart
             w = b.attn.wqkv.weight.detach().float().clone(); w[:D], w[D:2 * D] = w[:D][perm], w[D:2 * D][perm]
-            return [pack_panels((w * g(b.attn_norm)).t()), pack_panels(b.attn.wo.weight.t()),
-                    pack_panels((b.ffn.w13.weight.float() * g(b.ffn_norm)).t()), pack_panels(b.ffn.w2.weight.t())]
+            w13, wo, w2 = b.ffn.w13.weight.float(), b.attn.wo.weight.float(), b.ffn.w2.weight.float()
+            if h: return [pack_panels(m.t(), True) for m in (w, wo, w13, w2)], [g(b.attn_norm)[0], g(b.ffn_norm)[0]]
+            return [pack_panels((w * g(b.attn_norm)).t()), pack_panels(wo.t()), pack_panels((w13 * g(b.ffn_norm)).t()), pack_panels(w2.t())], []
         with torch.no_grad():
             E = self.emb = model.tok_emb.weight.detach().float().contiguous()
-            self.main = dict(W=[w for b in model.layers for w in block(b)], E=E * g(model.norm))
+            W, G = zip(*[block(b, half) for b in model.layers]) if model.layers else ((), ())
+            self.main = dict(W=[w for ws in W for w in ws], G=[x for gs in G for x in gs], E=E if half else E * g(model.norm), f16=3 if half else 0,
+                             hs=g(model.norm).reshape(-1).contiguous() if half else None)   # fp16: the head's gain on its input
             if model.mtp is not None:
                 m = model.mtp; P = m.proj.weight.detach().float()
-                self.mtp = dict(W=block(m.block), E=self.main['E'], hs=(g(m.norm) / g(model.norm)).reshape(-1).contiguous(),  # the target's head, shared
-                                Ph=pack_panels((P[:, :D] * g(m.norm_h)).t()), Pe=pack_panels((P[:, D:] * g(m.norm_e)).t()))
-            half = c.head_dim // 2
-            self.cs, self.sn = model.cos[:, :half].float().contiguous(), model.sin[:, :half].float().contiguous()
+                W, G = block(m.block, mtp_half)
+                hs = g(m.norm) / (1 if half else g(model.norm))            # the target's head, shared: the module's gain over what it holds
+                ph, pe = (P[:, :D], P[:, D:]) if mtp_half else (P[:, :D] * g(m.norm_h), P[:, D:] * g(m.norm_e))
+                self.mtp = dict(W=W, G=G + ([g(m.norm_h)[0], g(m.norm_e)[0]] if mtp_half else []), E=self.main['E'], hs=hs.reshape(-1).contiguous(),
+                                f16=(1 if mtp_half else 0) | (self.main['f16'] & 2), Ph=pack_panels(ph.t(), mtp_half), Pe=pack_panels(pe.t(), mtp_half))
+            half_d = c.head_dim // 2
+            self.cs, self.sn = model.cos[:, :half_d].float().contiguous(), model.sin[:, :half_d].float().contiguous()
         for d in (self.main, getattr(self, 'mtp', None)):   # one argument struct each, its fixed fields set once
             if d is None: continue
-            d['head'], d['heads'] = (pack_panels(d['E'].t()), {}) if 'hs' not in d else (self.main['head'], self.main['heads'])
+            mtp = d is not self.main
+            d['head'], d['heads'] = (self.main['head'], self.main['heads']) if mtp else (pack_panels(d['E'].t(), half), {})
             d['ptrs'] = (ctypes.c_void_p * len(d['W']))(*[w.data_ptr() for w in d['W']])
+            d['gptrs'] = (ctypes.c_void_p * len(d['G']))(*[x.data_ptr() for x in d['G']]) if d['G'] else None
             d['args'] = PassArgs(D=D, H=c.n_heads, hd=c.head_dim, F=c.ffn_dim, V=c.vocab_size, Vh=c.vocab_size, maxpos=c.max_seq_len - 1,
                                  eps=c.norm_eps, emb=E.data_ptr(), cs=self.cs.data_ptr(), sn=self.sn.data_ptr(),
                                  nl=len(d['W']) // 4, W=ctypes.addressof(d['ptrs']), head=d['head'].data_ptr(),
                                  Ph=d['Ph'].data_ptr() if 'Ph' in d else None, Pe=d['Pe'].data_ptr() if 'Pe' in d else None,
-                                 hscale=d['hs'].data_ptr() if 'hs' in d else None)
+                                 hscale=d['hs'].data_ptr() if d['hs'] is not None else None,
+                                 G=ctypes.addressof(d['gptrs']) if d['gptrs'] is not None else None, f16=d['f16'])
         self.work, self._need = torch.empty(0), {}
 
     def draft_head(self, vocab:torch.Tensor, mtp:bool=False):
@@ -472,7 +557,7 @@ class FusedPass:
             if ids.dim() != 1 or not len(ids) or not (ids.diff() > 0).all() or ids[0] < 0 or ids[-1] >= self.cfg.vocab_size:
                 raise SmallemError(f"a draft vocabulary must be increasing token ids in [0, {self.cfg.vocab_size})")
             if len(d['heads']) >= 8: d['heads'].pop(next(iter(d['heads'])))   # a few vocabularies at a time
-            d['heads'][key] = (ids, pack_panels(d['E'][ids].t()))
+            d['heads'][key] = (ids, pack_panels(d['E'][ids].t(), bool(d['f16'] & 2)))
         return d['heads'][key]
 
 # %% ../nbs/12a_fused_cpu.ipynb #1220b106

@@ -1,14 +1,16 @@
 """The fused CPU kernel: same function as the reference, one token's logits independent of the rows it shares a pass
-with, proposer chains equal to step-by-step passes, the sampling rule exact (with its planted bias rejected), the
+with (with fp32 panels and with a proposer's fp16 panels), proposer chains equal to step-by-step passes, the sampling rule exact (with its planted bias rejected), the
 policy that stops speculating where it does not pay, and the fallback when the kernel cannot be used.
 Statistics: 7 chi-squared tests at 0.1% (6 per-position, 1 of the sampler), so a false-failure rate of at most 0.7% for the file."""
-import os, subprocess, sys
+import ctypes, os, platform, subprocess, sys
+import numpy as np
 import pytest, torch
 import smallem_spec.verify as V
 from smallem_spec.fast import FastSmallem
-from smallem_spec.fused import load_kernel, decide_sampled, sample_logits, cpu_info
+from smallem_spec.fused import load_kernel, decide_sampled, sample_logits, cpu_info, FusedPass
+import smallem_spec.fused as F
 from smallem_spec.generate import generate
-from smallem_spec.spec import speculative_generate, ConstantProposer
+from smallem_spec.spec import speculative_generate, ConstantProposer, DraftProposer
 from smallem_spec.cost import AdaptiveK
 
 pytestmark = pytest.mark.skipif(load_kernel() is None, reason="no C compiler: the fused kernel cannot be built here")
@@ -35,10 +37,11 @@ def test_rows_do_not_change_a_tokens_logits(fast):
     assert torch.equal(four, ones), (four - ones).abs().max()
     assert all(torch.equal(batch[i, 0], ones[0, 0]) for i in range(8))
 
+@pytest.mark.parametrize('view', ['fp32', 'proposer'])
 @pytest.mark.parametrize('T', [0.0, 1.0])
-def test_chain_equals_step_by_step(fast, T):
-    "k guesses of one call of the fused kernel == the same guesses pass by pass (the same generator stream at T > 0)."
-    d = fast['draft2']; k = 4
+def test_chain_equals_step_by_step(fast, T, view):
+    "k guesses of one call of the fused kernel == the same guesses pass by pass (the same generator stream at T > 0), with fp32 panels and with the proposer's fp16 ones."
+    d = fast['draft2'] if view == 'fp32' else fast['draft2'].as_proposer(); k = 4
     x = torch.randint(1, d.cfg.vocab_size, (3, 20), generator=torch.Generator().manual_seed(5))
     with torch.inference_mode():
         c1, c2 = d.new_cache(capacity=[40] * 3), d.new_cache(capacity=[40] * 3)
@@ -59,6 +62,59 @@ def test_chain_equals_step_by_step(fast, T):
     ref = torch.stack(ref, 1)
     assert torch.equal(toks[:2], ref[:2]) and torch.equal(toks[2, :2], ref[2, :2])
     assert [c1.length(s) for s in s1] == [23, 21, 21]
+
+def _same_tokens_three_ways(t, V):
+    "Logits of 4 tokens read in one pass, one at a time, and (the first) in a batch of 8: equal bits or not."
+    x = torch.randint(1, V, (1, 40), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        c = t.new_cache(capacity=[40] * 10); s = [c.new_seq() for _ in range(10)]
+        t(x[:, :36].expand(10, 36), c, s)
+        four = t(x[:, 36:40], c, s[:1])
+        ones = torch.cat([t(x[:, 36 + i:37 + i], c, s[1:2]) for i in range(4)], 1)
+        batch = t(x[:, 36:37].expand(8, 1), c, s[2:])
+    return torch.equal(four, ones) and all(torch.equal(batch[i, 0], ones[0, 0]) for i in range(8))
+
+@pytest.mark.parametrize('name', ['target', 'draft2'])
+def test_half_panels_compute_the_same_model(cpu_models, fast, name):
+    "fp16 panels of the weights as trained, gains applied to the rows: the reference model's logits to float rounding (as the"
+    " fp32 panels are), rows independent, and the MTP module with fp16 blocks too. A folded gain or a wrong panel would miss by far more."
+    m = cpu_models[name]
+    from smallem_spec.fast import _interleave
+    h = FastSmallem(m); h.fused = FusedPass(m, _interleave(m.cfg.n_heads, m.cfg.head_dim), half=True, mtp_half=True)
+    assert h.fused.main['W'][0].dtype == torch.float16 and h.fused.main['head'].dtype == torch.float16
+    x = torch.randint(1, m.cfg.vocab_size, (2, 48), generator=torch.Generator().manual_seed(11))
+    with torch.inference_mode():
+        ref, ref_h = m(x, return_hidden=True); got = h(x); f32 = fast[name](x)
+        assert (got - ref).abs().max() < 1e-4 and (f32 - ref).abs().max() < 1e-4
+        assert torch.equal(got.argmax(-1), ref.argmax(-1))
+        if m.mtp is not None:
+            lr, _ = m.mtp_forward(ref_h[:, :-1], x[:, 1:]); lh, _ = h.mtp_forward(ref_h[:, :-1], x[:, 1:])
+            assert (lh - lr).abs().max() < 1e-4
+    assert _same_tokens_three_ways(h, m.cfg.vocab_size)
+
+def test_proposer_view(fast, cpu_models):
+    "`as_proposer`: a drafter's fp16 view, made once; DraftProposer takes it; the scripted path has none and gives the model itself."
+    d = fast['draft2']; p = d.as_proposer()
+    assert p is not d and p.fused.half and not d.fused.half and p.as_proposer() is p and d.as_proposer() is p
+    assert DraftProposer(d).model is p
+    s = FastSmallem(cpu_models['draft2'], kernel='script')
+    assert s.as_proposer() is s and DraftProposer(s).model is s
+
+@pytest.mark.skipif(platform.machine() not in ('x86_64', 'AMD64'), reason="the conversion paths are x86's")
+@pytest.mark.parametrize('flags', [[], ['-mno-avx512f'], ['-mno-avx512f', '-mno-f16c']], ids=['native', 'f16c', 'by-hand'])
+def test_fp16_widening_is_exact(tmp_path, flags):
+    "Every one of the 65,536 fp16 bit patterns widened by the kernel's `ldh` (AVX-512, F16C, or by hand where neither"
+    " is compiled in) equals numpy's conversion, NaNs as NaNs: a wrong exponent bias or subnormal would move many."
+    src = F._SRC_HEAD + F._SRC_GEMMH + "\nvoid widen(const unsigned short *in, float *out, long n) { for (long i = 0; i < n; i += 16) st(out + i, ldh(in + i)); }\n"
+    (tmp_path / 'w.c').write_text(src)
+    r = subprocess.run(['gcc', '-O2', '-march=native', *flags, '-fopenmp', '-fPIC', '-shared', str(tmp_path / 'w.c'), '-o', str(tmp_path / 'w.so'), '-lm'],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lib = ctypes.CDLL(str(tmp_path / 'w.so')); lib.widen.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
+    bits = np.arange(65536, dtype=np.uint16); out = np.empty(65536, dtype=np.float32)
+    lib.widen(bits.ctypes.data, out.ctypes.data, 65536)
+    want = bits.view(np.float16).astype(np.float32); nan = np.isnan(want)
+    assert np.array_equal(np.isnan(out), nan) and np.array_equal(out[~nan].view(np.uint32), want[~nan].view(np.uint32))
 
 @pytest.fixture
 def fused_rule(monkeypatch):
