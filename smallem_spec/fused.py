@@ -50,15 +50,16 @@ static inline float hsum(v16 v) {
 
 # %% ../nbs/12a_fused_cpu.ipynb #1a7e0f96
 _SRC_GEMM = r'''
-/* Y[r, 0:32] (= or +=) sc[r] * sum_k X[r, k] P[k, 0:32] for RT rows; P is one packed panel [K][32], read once for all
-   rows. Each row's sum runs over k in the same order whatever RT is: a row's result does not depend on its neighbours. */
-#define PANEL(RT) \
-static void panel##RT(int K, const float *restrict X, long ldx, const float *restrict P, float *restrict Y, long ldy, \
-                      const float *restrict sc, int acc) { \
+/* Y[r, 0:32] (= or +=) sc[r] * sum_k X[r, k] P[k, 0:32] for RT rows; P is one packed panel [K][32] of WT, each 16 of
+   its values read into fp32 by LOAD, once for all rows. Each row's sum runs over k in the same order whatever RT is: a
+   row's result does not depend on its neighbours. */
+#define PANEL(NAME, WT, LOAD, RT) \
+static void NAME##_panel##RT(int K, const float *restrict X, long ldx, const WT *restrict P, float *restrict Y, long ldy, \
+                             const float *restrict sc, int acc) { \
   v16 a[RT][2]; \
   for (int r = 0; r < RT; r++) { a[r][0] = (v16){0}; a[r][1] = (v16){0}; } \
   for (int k = 0; k < K; k++) { \
-    v16 w0 = ld(P + k * NB), w1 = ld(P + k * NB + 16); \
+    v16 w0 = LOAD(P + k * NB), w1 = LOAD(P + k * NB + 16); \
     __asm__("" : "+v"(w0), "+v"(w1));   /* keep them in registers: the compiler would reload them for every row */ \
     for (int r = 0; r < RT; r++) { float xv = X[r * ldx + k]; a[r][0] += xv * w0; a[r][1] += xv * w1; } \
   } \
@@ -68,25 +69,29 @@ static void panel##RT(int K, const float *restrict X, long ldx, const float *res
     st(Y + r * ldy, s0); st(Y + r * ldy + 16, s1); \
   } \
 }
-PANEL(1) PANEL(2) PANEL(3) PANEL(4) PANEL(5) PANEL(6) PANEL(7) PANEL(8)
 
-/* Y[R, N] (= or +=) diag(sc) X[R, K] W, W packed as N/32 panels [K][32]; called inside a parallel region, the
-   panels shared among the threads; ends on the loop's barrier. */
-static void gemm(int R, int K, int N, const float *X, long ldx, const float *W, float *Y, long ldy, const float *sc, int acc) {
-  #pragma omp for schedule(static)
-  for (int c = 0; c < N / NB; c++) {
-    const float *P = W + (long)c * K * NB;
-    for (int r0 = 0; r0 < R; r0 += 8) {
-      const float *x = X + r0 * ldx, *s = sc + r0; float *y = Y + r0 * ldy + c * NB;
-      switch (R - r0 < 8 ? R - r0 : 8) {
-        case 1: panel1(K, x, ldx, P, y, ldy, s, acc); break; case 2: panel2(K, x, ldx, P, y, ldy, s, acc); break;
-        case 3: panel3(K, x, ldx, P, y, ldy, s, acc); break; case 4: panel4(K, x, ldx, P, y, ldy, s, acc); break;
-        case 5: panel5(K, x, ldx, P, y, ldy, s, acc); break; case 6: panel6(K, x, ldx, P, y, ldy, s, acc); break;
-        case 7: panel7(K, x, ldx, P, y, ldy, s, acc); break; default: panel8(K, x, ldx, P, y, ldy, s, acc);
-      }
-    }
-  }
+/* NAME(R, K, N, X, ldx, W, Y, ldy, sc, acc): Y[R, N] (= or +=) diag(sc) X[R, K] W, W packed as N/32 panels [K][32] of
+   WT; called inside a parallel region, the panels shared among the threads; ends on the loop's barrier. */
+#define GEMM(NAME, WT, LOAD) \
+PANEL(NAME, WT, LOAD, 1) PANEL(NAME, WT, LOAD, 2) PANEL(NAME, WT, LOAD, 3) PANEL(NAME, WT, LOAD, 4) \
+PANEL(NAME, WT, LOAD, 5) PANEL(NAME, WT, LOAD, 6) PANEL(NAME, WT, LOAD, 7) PANEL(NAME, WT, LOAD, 8) \
+static void NAME(int R, int K, int N, const float *X, long ldx, const float *Wf, float *Y, long ldy, const float *sc, int acc) { \
+  const WT *W = (const WT *)Wf; \
+  _Pragma("omp for schedule(static)") \
+  for (int c = 0; c < N / NB; c++) { \
+    const WT *P = W + (long)c * K * NB; \
+    for (int r0 = 0; r0 < R; r0 += 8) { \
+      const float *x = X + r0 * ldx, *s = sc + r0; float *y = Y + r0 * ldy + c * NB; \
+      switch (R - r0 < 8 ? R - r0 : 8) { \
+        case 1: NAME##_panel1(K, x, ldx, P, y, ldy, s, acc); break; case 2: NAME##_panel2(K, x, ldx, P, y, ldy, s, acc); break; \
+        case 3: NAME##_panel3(K, x, ldx, P, y, ldy, s, acc); break; case 4: NAME##_panel4(K, x, ldx, P, y, ldy, s, acc); break; \
+        case 5: NAME##_panel5(K, x, ldx, P, y, ldy, s, acc); break; case 6: NAME##_panel6(K, x, ldx, P, y, ldy, s, acc); break; \
+        case 7: NAME##_panel7(K, x, ldx, P, y, ldy, s, acc); break; default: NAME##_panel8(K, x, ldx, P, y, ldy, s, acc); \
+      } \
+    } \
+  } \
 }
+GEMM(gemm, float, ld)
 
 '''
 
@@ -114,40 +119,7 @@ static inline v16 ldh(const unsigned short *p) {
   return v;
 #endif
 }
-#define PANELH(RT) \
-static void panelh##RT(int K, const float *restrict X, long ldx, const unsigned short *restrict P, float *restrict Y, long ldy, \
-                       const float *restrict sc, int acc) { \
-  v16 a[RT][2]; \
-  for (int r = 0; r < RT; r++) { a[r][0] = (v16){0}; a[r][1] = (v16){0}; } \
-  for (int k = 0; k < K; k++) { \
-    v16 w0 = ldh(P + k * NB), w1 = ldh(P + k * NB + 16); \
-    __asm__("" : "+v"(w0), "+v"(w1)); \
-    for (int r = 0; r < RT; r++) { float xv = X[r * ldx + k]; a[r][0] += xv * w0; a[r][1] += xv * w1; } \
-  } \
-  for (int r = 0; r < RT; r++) { \
-    v16 s0 = a[r][0] * sc[r], s1 = a[r][1] * sc[r]; \
-    if (acc) { s0 += ld(Y + r * ldy); s1 += ld(Y + r * ldy + 16); } \
-    st(Y + r * ldy, s0); st(Y + r * ldy + 16, s1); \
-  } \
-}
-PANELH(1) PANELH(2) PANELH(3) PANELH(4) PANELH(5) PANELH(6) PANELH(7) PANELH(8)
-
-static void gemmh(int R, int K, int N, const float *X, long ldx, const float *Wf, float *Y, long ldy, const float *sc, int acc) {
-  const unsigned short *W = (const unsigned short *)Wf;
-  #pragma omp for schedule(static)
-  for (int c = 0; c < N / NB; c++) {
-    const unsigned short *P = W + (long)c * K * NB;
-    for (int r0 = 0; r0 < R; r0 += 8) {
-      const float *x = X + r0 * ldx, *s = sc + r0; float *y = Y + r0 * ldy + c * NB;
-      switch (R - r0 < 8 ? R - r0 : 8) {
-        case 1: panelh1(K, x, ldx, P, y, ldy, s, acc); break; case 2: panelh2(K, x, ldx, P, y, ldy, s, acc); break;
-        case 3: panelh3(K, x, ldx, P, y, ldy, s, acc); break; case 4: panelh4(K, x, ldx, P, y, ldy, s, acc); break;
-        case 5: panelh5(K, x, ldx, P, y, ldy, s, acc); break; case 6: panelh6(K, x, ldx, P, y, ldy, s, acc); break;
-        case 7: panelh7(K, x, ldx, P, y, ldy, s, acc); break; default: panelh8(K, x, ldx, P, y, ldy, s, acc);
-      }
-    }
-  }
-}
+GEMM(gemmh, unsigned short, ldh)                  /* the same micro-kernel and loop, widening each panel row */
 
 /* fp16 panels hold the weights as trained, so a norm's gain cannot be folded into them: it scales the rows of x
    instead, into this thread's own copy (no barrier; the identity where g is NULL, the gain being folded) */
