@@ -24,15 +24,32 @@ __all__ = ['law_test', 'e2e_test', 'e2e_power', 'lookup_shift', 'bias_shift', 'e
 
 # %% ../nbs/08a_exactness.ipynb #c9723bbb
 @torch.inference_mode()
-def _laws_after(target, prefixes:list[tuple], temperature, chunk:int=256) -> torch.Tensor:  # -> [n, V] float64
-    "The target's law (tempered and filtered as `temperature` says) of the token that follows each prefix, one pass per group of equal lengths."
-    out = [None] * len(prefixes); by_len = {}
-    for i, x in enumerate(prefixes): by_len.setdefault(len(x), []).append(i)
-    for idx in by_len.values():
+def _laws_after(target, prefixes:list[tuple], temperature, chunk:int=256, tail:int=0) -> torch.Tensor:  # -> [n, V] float64
+    """The target's law (tempered and filtered as `temperature` says) of the token that follows each prefix. Prefixes of
+    one length that differ only in their last `tail` tokens share their head: one pass computes its keys and values,
+    each row's cache gets a copy of them, and each row's own pass reads only its last `tail` tokens (0: whole prefixes)."""
+    out, groups, dev = [None] * len(prefixes), {}, target.device
+    for i, x in enumerate(prefixes):
+        h = len(x) - tail if 0 < tail < len(x) else 0
+        groups.setdefault((x[:h], len(x)), []).append(i)
+    for (head, L), idx in groups.items():
+        h = len(head)
+        if h:                                                                         # the head's keys and values, once
+            hc = target.new_cache(capacity=[h]); hs = hc.new_seq()
+            try:
+                target(torch.tensor([head], device=dev), hc, [hs]); src = torch.tensor(hc._slots(hs, 0, h), device=dev)
+                hk, hv = hc.k[:, src].clone(), hc.v[:, src].clone()                  # [layers, h, H, hd]
+            finally: hc.free(hs)
+            del hc
         for s in range(0, len(idx), chunk):
-            part = idx[s:s + chunk]; x = torch.tensor([prefixes[i] for i in part], device=target.device)
-            cache = target.new_cache(capacity=[x.shape[1]] * len(part)); sids = [cache.new_seq() for _ in part]
-            try: lg = target(x, cache, sids)[:, -1]
+            part = idx[s:s + chunk]; x = torch.tensor([prefixes[i][h:] for i in part], device=dev)
+            cache = target.new_cache(capacity=[L] * len(part)); sids = [cache.new_seq() for _ in part]
+            try:
+                if h:
+                    cache.append(sids, [h] * len(sids))
+                    dst = torch.tensor([q for sid in sids for q in cache._slots(sid, 0, h)], device=dev)
+                    cache.k[:, dst] = hk.repeat(1, len(sids), 1, 1); cache.v[:, dst] = hv.repeat(1, len(sids), 1, 1)
+                lg = target(x, cache, sids)[:, -1]
             finally:
                 for sid in sids: cache.free(sid)
             for i, p in zip(part, probs_at(lg, temperature).double().cpu()): out[i] = p
@@ -42,7 +59,7 @@ def law_test(target, prompts:list[list[int]], outs:list[list[int]], temperature,
     "Generated token `position` (1 = the first) of each text against the target's exact law given everything before it: chi-squared at 0.1%."
     prefixes = [tuple(p) + tuple(o[:position - 1]) for p, o in zip(prompts, outs)]
     uniq = {x: i for i, x in enumerate(dict.fromkeys(prefixes))}                     # each distinct context once
-    pi = _laws_after(target, list(uniq), temperature)                                  # [U, V]
+    pi = _laws_after(target, list(uniq), temperature, tail=max(1, position - 1))   # [U, V]; rows share the prompt's pass
     U, V = pi.shape
     row = torch.tensor([uniq[x] for x in prefixes]); tok = torch.tensor([o[position - 1] for o in outs])
     outside = int((pi[row, tok] == 0).sum())                                           # impossible under the filtered law

@@ -12,3 +12,20 @@ def cpu_models():
 def prompts():
     from smallem_spec.corpus import validation_prompts
     return validation_prompts('cpu', n=8, length=32)
+
+@pytest.fixture(scope='session')
+def run_commands(tmp_path_factory):
+    """Run command lines [(command, args, folder), ...] in one fresh interpreter (tests/run_commands.py: each console
+    script's entry point, output captured, an escaped exception printed as a traceback with status 1); one result per
+    line, with .rc, .stdout, .stderr and .seconds. For the many refused-value tests, which would otherwise pay one
+    import of torch each (about 3 s)."""
+    import json, subprocess, sys
+    from pathlib import Path
+    from types import SimpleNamespace
+    def run(cases):
+        out = tmp_path_factory.mktemp('commands')/'results.json'
+        r = subprocess.run([sys.executable, str(Path(__file__).with_name('run_commands.py')), str(out)],
+                           input=json.dumps([[c, list(a), str(d)] for c, a, d in cases]), capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0 and out.exists(), r.stderr[-3000:]
+        return [SimpleNamespace(**x) for x in json.loads(out.read_text())]
+    return run

@@ -16,7 +16,7 @@ def test_help(cmd):
     r = run(cmd, '--help')
     assert r.returncode == 0 and 'usage:' in r.stdout and '--preset' in r.stdout
 
-@pytest.mark.parametrize('cmd,args,msg', [
+REFUSED = [
     ('smallem_train', ['--preset', 'huge'], 'unknown preset'),
     ('smallem_train', ['--name', 'draft3', '--preset', 'tiny'], 'unknown model name'),
     ('smallem_train', ['--steps', '0', '--preset', 'tiny'], '--steps must be'),
@@ -51,14 +51,24 @@ def test_help(cmd):
     ('smallem_generate', ['--model', 'draft3'], 'unknown model name'),
     ('smallem_export_hf', ['--out', '{tmp}/f/sub'], 'cannot write to output folder'),
     ('smallem_exactness', ['--preset', 'huge'], 'unknown preset'),
-])
-def test_bad_flags(cmd, args, msg, tmp_path):
-    (tmp_path/'f').write_text('a file')
-    r = run(cmd, *[a.replace('{tmp}', str(tmp_path)) for a in args], timeout=120, cwd=tmp_path)   # a guard against a hang: each is refused in about 2 s
-    assert r.returncode == 2, r.stderr
+]
+
+@pytest.fixture(scope='module')
+def refused(run_commands, tmp_path_factory):
+    "Every line of REFUSED run in one interpreter, each in its own empty folder holding one file, f."
+    dirs = [tmp_path_factory.mktemp(f'refused{i}') for i in range(len(REFUSED))]
+    for d in dirs: (d/'f').write_text('a file')
+    res = run_commands([(cmd, [a.replace('{tmp}', str(d)) for a in args], d) for (cmd, args, _), d in zip(REFUSED, dirs)])
+    return list(zip(res, dirs))
+
+@pytest.mark.parametrize('i', range(len(REFUSED)), ids=[f'{c}-{m}' for c, _, m in REFUSED])
+def test_bad_flags(refused, i):
+    (cmd, _, msg), (r, tmp_path) = REFUSED[i], refused[i]
+    assert r.rc == 2, r.stderr
+    assert r.seconds < 60, f"refused after {r.seconds:.0f} s: the check should come before any long work"
     assert 'Traceback' not in r.stderr and msg in r.stderr, r.stderr
     lines = r.stderr.strip().splitlines()
-    assert lines[-1].startswith(f'{cmd}: error:')
+    assert lines[-1].startswith(f'{cmd}: error:'), lines
     assert len(lines) == 1 or lines[0].startswith('usage:'), f"more than the error (or argparse's usage and error): {lines}"
     assert os.listdir(tmp_path) == ['f'] and (tmp_path/'f').read_text() == 'a file', f"the refused command wrote {os.listdir(tmp_path)}"
 

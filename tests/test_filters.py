@@ -3,7 +3,6 @@ and the two real filter bugs (the ratio with the unfiltered q; the filter on the
 
 False-failure rates: test_toy_filters runs 9 chi-squared tests at 0.1% (0.9% for the file's toy test);
 test_e2e_filters runs 1 test against the exact filtered law on the worse of two positions at 0.1% each (0.2%). The others are exact checks."""
-import subprocess
 import pytest, torch
 from smallem_spec.core import SmallemError, argmax
 from smallem_spec.generate import generate, probs_at, filter_probs, sampling, Sampling
@@ -45,15 +44,21 @@ def test_filter_at_temperature_zero_and_state(fast, prompts):
     with pytest.raises(SmallemError, match='top_p must be'): speculative_generate(t, make_proposer('mtp', t, {}), prompts[:1], 4, 2, 0.8, top_p=2.0)
     assert type(sampling(0.8)) is float and isinstance(sampling(0.8, min_p=0.1), Sampling) and str(sampling(0.8, top_k=3)) == '0.8'
 
-@pytest.mark.parametrize('cmd,args,msg', [('smallem_generate', ['--temperature', '0', '--top-k', '5'], 'set a temperature > 0'),
-                                          ('smallem_generate', ['--temperature', '1', '--top-p', '0'], 'top_p must be'),
-                                          ('smallem_bench', ['--temperature', '0.8', '--min-p', '1.5'], 'min_p must be'),
-                                          ('smallem_bench', ['--temperature', '0', '--top-k', '3'], 'add a temperature > 0'),
-                                          ('smallem_exactness', ['--top-k', '0'], 'top_k must be')])
-def test_commands_refuse_bad_filters(cmd, args, msg):
-    "One line naming the argument, exit 2, no traceback (the console scripts of the set-up's virtual environment)."
-    r = subprocess.run([cmd, *args], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and 'Traceback' not in r.stderr and msg in r.stderr, (r.returncode, r.stderr)
+BAD_FILTERS = [('smallem_generate', ['--temperature', '0', '--top-k', '5'], 'set a temperature > 0'),
+               ('smallem_generate', ['--temperature', '1', '--top-p', '0'], 'top_p must be'),
+               ('smallem_bench', ['--temperature', '0.8', '--min-p', '1.5'], 'min_p must be'),
+               ('smallem_bench', ['--temperature', '0', '--top-k', '3'], 'add a temperature > 0'),
+               ('smallem_exactness', ['--top-k', '0'], 'top_k must be')]
+
+@pytest.fixture(scope='module')
+def refused_filters(run_commands, tmp_path_factory):
+    return run_commands([(cmd, args, tmp_path_factory.mktemp('filters')) for cmd, args, _ in BAD_FILTERS])
+
+@pytest.mark.parametrize('i', range(len(BAD_FILTERS)), ids=[f'{c}-{m}' for c, _, m in BAD_FILTERS])
+def test_commands_refuse_bad_filters(refused_filters, i):
+    "One line naming the argument, exit 2, no traceback (the commands' entry points, run as tests/run_commands.py runs them)."
+    (cmd, _, msg), r = BAD_FILTERS[i], refused_filters[i]
+    assert r.rc == 2 and 'Traceback' not in r.stderr and msg in r.stderr, (r.rc, r.stderr)
     assert len(r.stderr.strip().splitlines()) == 1 or r.stderr.strip().splitlines()[-1].startswith(f'{cmd}: error:'), r.stderr
 
 def test_top_k_1_is_greedy(fast, prompts):

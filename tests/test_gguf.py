@@ -52,18 +52,26 @@ def test_cli_help():
     assert r.returncode == 0 and '--preset' in r.stdout and '--out' in r.stdout and '--dtype' in r.stdout
 
 
-@pytest.mark.parametrize('args,msg', [
+GGUF_REFUSED = [
     (['--preset', 'huge', '--out', '{tmp}/m.gguf'], 'unknown preset'),
     (['--preset', 'tiny', '--name', 'draft3', '--out', '{tmp}/m.gguf'], 'unknown model name'),
     (['--preset', 'tiny', '--out', '{tmp}/m.gguf', '--dtype', 'q8'], 'invalid choice'),
     (['--preset', 'tiny', '--out', '{tmp}/f/m.gguf'], 'cannot write the GGUF file'),        # under a file
     (['--preset', 'tiny', '--out', '{tmp}/no/such/m.gguf'], 'cannot write the GGUF file'),  # a missing folder
     (['--preset', 'tiny', '--out', '{tmp}'], 'it is a folder'),
-])
-def test_cli_errors(args, msg, tmp_path):
-    (tmp_path/'f').write_text('a file')
-    r = run(*[a.replace('{tmp}', str(tmp_path)) for a in args], cwd=tmp_path)
-    assert r.returncode == 2, r.stderr
+]
+
+@pytest.fixture(scope='module')
+def gguf_refused(run_commands, tmp_path_factory):
+    "Every line of GGUF_REFUSED in one interpreter, each in its own folder holding one file, f."
+    dirs = [tmp_path_factory.mktemp(f'gguf{i}') for i in range(len(GGUF_REFUSED))]
+    for d in dirs: (d/'f').write_text('a file')
+    return list(zip(run_commands([('smallem_export_gguf', [a.replace('{tmp}', str(d)) for a in args], d) for (args, _), d in zip(GGUF_REFUSED, dirs)]), dirs))
+
+@pytest.mark.parametrize('i', range(len(GGUF_REFUSED)), ids=[m for _, m in GGUF_REFUSED])
+def test_cli_errors(gguf_refused, i):
+    msg, (r, tmp_path) = GGUF_REFUSED[i][1], gguf_refused[i]
+    assert r.rc == 2, r.stderr
     assert 'Traceback' not in r.stderr and msg in r.stderr, r.stderr
     lines = r.stderr.strip().splitlines()
     assert lines[-1].startswith('smallem_export_gguf: error:')

@@ -77,18 +77,27 @@ def test_cli_help():
     assert r.returncode == 0 and '--preset' in r.stdout and '--out' in r.stdout
 
 
-@pytest.mark.parametrize('args,out,msg', [
+HF_REFUSED = [
     (['--preset', 'huge'], 'new', 'unknown preset'),
     (['--preset', 'tiny', '--name', 'draft3'], 'new', 'unknown model name'),
     (['--preset', 'tiny', '--dtype', 'int8'], 'new', 'invalid choice'),
     (['--preset', 'tiny'], 'under_a_file', 'cannot write'),
     (['--preset', 'tiny'], 'a_file', 'not a folder'),
-])
-def test_cli_errors(tmp_path, args, out, msg):
-    f = tmp_path/'a_file'; f.write_text('')
-    out = {'new': tmp_path/'out', 'under_a_file': f/'sub', 'a_file': f}[out]
-    r = run('smallem_export_hf', *args, '--out', str(out))
-    assert r.returncode == 2, r.stderr
+]
+
+@pytest.fixture(scope='module')
+def hf_refused(run_commands, tmp_path_factory):
+    "Every line of HF_REFUSED in one interpreter; each folder holds an empty file, a_file."
+    cases = []
+    for args, out, _ in HF_REFUSED:
+        d = tmp_path_factory.mktemp('hf'); f = d/'a_file'; f.write_text('')
+        cases.append(('smallem_export_hf', [*args, '--out', str({'new': d/'out', 'under_a_file': f/'sub', 'a_file': f}[out])], d))
+    return run_commands(cases)
+
+@pytest.mark.parametrize('i', range(len(HF_REFUSED)), ids=[f'{o}-{m}' for _, o, m in HF_REFUSED])
+def test_cli_errors(hf_refused, i):
+    msg, r = HF_REFUSED[i][2], hf_refused[i]
+    assert r.rc == 2, r.stderr
     assert 'Traceback' not in r.stderr and msg in r.stderr, r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith('smallem_export_hf: error:')
 
