@@ -99,15 +99,15 @@ def e2e_test(target, proposer_fn, prompt:list[int], N:int=4000, k:int=2, tempera
 # %% ../nbs/08a_exactness.ipynb #pw000001
 def e2e_power(target, makers:dict, layouts:dict, seeds=range(5), null_seeds=range(1), k:int=2, temperature:float=1.0,
               out=None, progress:bool=True) -> list[dict]:
-    "How often `e2e_test` rejects the realistic bug (the correction drawn from p) and the correct rule, per proposer and layout; rows appended to the JSON-lines file `out` as they come."
+    "How often `e2e_test` rejects the realistic bug (the correction drawn from p) and the correct rule, per proposer and layout (a layout's `N` and `prompts` may be functions of the proposer's name); rows appended to the JSON-lines file `out` as they come."
     runs = [(name, lay, mode, s) for name in makers for lay in layouts for mode, ss in (('biased', seeds), ('speculative', null_seeds)) for s in ss]
     rows = []
     for name, lay, mode, s in tqdm(runs, desc='e2e_power', disable=not progress):
-        L = layouts[lay]; prompts = L['prompts'](name) if callable(L['prompts']) else L['prompts']
+        L = layouts[lay]; prompts, N = (L[f](name) if callable(L[f]) else L[f] for f in ('prompts', 'N'))   # either may depend on the proposer
         t0 = time.perf_counter()
-        r = e2e_test(target, makers[name], prompts[0], L['N'], k, temperature, seed=1000 + s, chunk=L['chunk'], mode=mode,
+        r = e2e_test(target, makers[name], prompts[0], N, k, temperature, seed=1000 + s, chunk=L['chunk'], mode=mode,
                      prompts=prompts if len(prompts) > 1 else None)
-        rows.append(dict(proposer=name, layout=lay, mode=mode, seed=1000 + s, N=L['N'], batch=min(L['chunk'], L['N']), prompts=len(prompts),
+        rows.append(dict(proposer=name, layout=lay, mode=mode, seed=1000 + s, N=N, batch=min(L['chunk'], N), prompts=len(prompts),
                          position=r['position'], stat=round(r['stat'], 2), threshold=round(r['threshold'], 2), df=r['df'],
                          rejected=r['stat'] >= r['threshold'], seconds=round(time.perf_counter() - t0, 1)))
         if out: Path(out).open('a').write(json.dumps(rows[-1]) + '\n')
