@@ -136,6 +136,26 @@ def test_verdict_says_what_paid():
     assert v.startswith('Verdict on Some CPU, batch 1: greedy: mtp k=2 paid most, x1.50 (a verify pass over 3 tokens costs 1.10'), v
     assert 'T=1: nothing paid (best draft2 adaptive x1.04, but its policy decoded plainly: mean k 0.0)' in v, v
     assert 'slower than the target alone at every k: draft2' in v, v
+    assert 'noise' not in v, v                                     # no baseline spread recorded (older results): no noise clause
+
+def test_verdict_knows_the_runs_noise():
+    "When the target alone's runs around a group differ by 12%, a ×1.08 is not called a gain and the line says why."
+    from smallem_spec.bench import verdict
+    row = lambda p, k, T, s, mk=None: dict(proposer=p, k=k, temperature=T, batch=1, speedup=s, mean_k=mk, c=0.3, alpha_per_position=[0.8])
+    res = {'meta': {'gpu': None, 'cpu': 'Some CPU', 'costs': {'1': {'v': {'2': 1.1, '3': 1.2}, 'c': {'mtp': 0.2}}}},
+           'rows': [dict(row('none', 0, 0.0, 1.0), baseline_spread=0.12), row('mtp', 2, 0.0, 1.08), row('mtp', 3, 0.0, 1.2)]}
+    v = verdict(res)
+    assert 'greedy: mtp k=3 paid most, x1.20' in v, v              # beyond the 12% it is still named
+    res['rows'].pop()
+    v = verdict(res)
+    assert 'greedy: nothing paid (best mtp k=2 x1.08)' in v and 'moved by up to 12%' in v, v
+
+def test_baseline_spread_pairs_the_runs_around_each_group():
+    "The target alone's row: the largest gap between the run before and the run after one group, over the repeats."
+    from smallem_spec.bench import _grid_row
+    base = lambda tps: ({'tokens': tps, 'seconds': 1.0, 'stats': None}, 100.)
+    lst = [base(100.), base(110.), base(200.), base(202.)]      # two repeats; the first group's pair differs by 9.5%
+    assert _grid_row(('none', 0, 0.0, 1), lst, {}, {}, True)['baseline_spread'] == pytest.approx(0.095, abs=1e-3)
 
 def _simulate_timed(monkeypatch, alpha:float, round_cost_of, texts:int=8, tokens:int=200, seed:int=0, catchup:float=0.0,
                     policy=AdaptiveK, **kw) -> float:
