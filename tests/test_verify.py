@@ -50,6 +50,8 @@ def test_end_to_end_draft2(cpu_models, prompts):
     assert r['stat'] < r['threshold'], f"speculative vs the exact law: chi2 {r['stat']:.1f} >= {r['threshold']:.1f} (false-failure rate at most 0.2%: tokens 2 and 3, each at 0.1%)"
     r = e2e_test(t, lambda: DraftProposer(d2), prompts[0], 2000, seed=3, mode='draft')   # half the draws suffice: chi2 2.4x its threshold
     assert r['stat'] > r['threshold'], "negative control (plain draft2 against the target's law, 2,000 draws) not rejected"
+    r = e2e_test(t, lambda: DraftProposer(d2), prompts[0], 2000, seed=3, mode='accept')   # 08a's other control: chi2 2.1x its threshold (1.2x at 1,000)
+    assert r['stat'] > r['threshold'], "negative control (every proposal accepted, 2,000 draws) not rejected"
 
 @pytest.fixture(scope='module')
 def fast(cpu_models):
