@@ -166,3 +166,20 @@ def paged_attention(cache:PagedKVCache, layer:int, plan:Plan,
     out = F.scaled_dot_product_attention(q.transpose(1, 2), K.transpose(1, 2).to(q.dtype), V.transpose(1, 2).to(q.dtype),
                                          attn_mask=plan.mask)   # [B, H, T, D]
     return out.transpose(1, 2)
+
+# %% ../nbs/01_paged_cache.ipynb #pfx00002
+def _prefix(self:PagedKVCache, sid, n:int):
+    "Copies of the keys and values of the first `n` tokens of sequence `sid`: two [n_layers, n, H, hd] tensors."
+    self._sid(sid)
+    if not 0 <= n <= self.lens[sid]: raise SmallemError(f"prefix({n}) of sequence {sid} of length {self.lens[sid]}")
+    src = torch.tensor(self._slots(sid, 0, n), dtype=torch.long, device=self.device)
+    return self.k[:, src].clone(), self.v[:, src].clone()
+
+def _put_prefix(self:PagedKVCache, sids:list, k:torch.Tensor, v:torch.Tensor):
+    "Give each of the empty sequences `sids` the tokens whose keys and values are `k` and `v` (from `prefix`)."
+    if any(self.length(s) for s in sids): raise SmallemError("put_prefix fills empty sequences only")
+    n = k.shape[1]; self.append(sids, [n] * len(sids))
+    dst = torch.tensor([q for s in sids for q in self._slots(s, 0, n)], dtype=torch.long, device=self.device)
+    self.k[:, dst] = k.to(self.k.dtype).repeat(1, len(sids), 1, 1); self.v[:, dst] = v.to(self.v.dtype).repeat(1, len(sids), 1, 1)
+
+PagedKVCache.prefix, PagedKVCache.put_prefix = _prefix, _put_prefix

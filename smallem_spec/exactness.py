@@ -37,18 +37,14 @@ def _laws_after(target, prefixes:list[tuple], temperature, chunk:int=256, tail:i
         if h:                                                                         # the head's keys and values, once
             hc = target.new_cache(capacity=[h]); hs = hc.new_seq()
             try:
-                target(torch.tensor([head], device=dev), hc, [hs]); src = torch.tensor(hc._slots(hs, 0, h), device=dev)
-                hk, hv = hc.k[:, src].clone(), hc.v[:, src].clone()                  # [layers, h, H, hd]
+                target(torch.tensor([head], device=dev), hc, [hs]); hk, hv = hc.prefix(hs, h)   # [layers, h, H, hd] copies
             finally: hc.free(hs)
             del hc
         for s in range(0, len(idx), chunk):
             part = idx[s:s + chunk]; x = torch.tensor([prefixes[i][h:] for i in part], device=dev)
             cache = target.new_cache(capacity=[L] * len(part)); sids = [cache.new_seq() for _ in part]
             try:
-                if h:
-                    cache.append(sids, [h] * len(sids))
-                    dst = torch.tensor([q for sid in sids for q in cache._slots(sid, 0, h)], device=dev)
-                    cache.k[:, dst] = hk.repeat(1, len(sids), 1, 1); cache.v[:, dst] = hv.repeat(1, len(sids), 1, 1)
+                if h: cache.put_prefix(sids, hk, hv)                                      # every row starts with the head (01_paged_cache)
                 lg = target(x, cache, sids)[:, -1]
             finally:
                 for sid in sids: cache.free(sid)
