@@ -1,6 +1,11 @@
 import os, pytest, torch
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# tools/test.sh runs the tests on one pytest-xdist worker per core (at most 2): then each worker, and every command a test
+# starts, gets one thread (two 2-thread processes on 2 cores run many times slower than one); alone, 2 threads.
+_WORKERS = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
+if _WORKERS > 1:
+    os.environ['SMALLEM_THREADS'] = os.environ['OMP_NUM_THREADS'] = '1'
+torch.set_num_threads(1 if _WORKERS > 1 else min(2, os.cpu_count() or 1))
 
 @pytest.fixture(scope='session')
 def cpu_models():

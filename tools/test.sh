@@ -15,4 +15,7 @@ start=$(date +%s)
 # two notebooks at a time, one thread each: two 2-thread processes on 2 cores run many times slower than one
 SMALLEM_THREADS=1 OMP_NUM_THREADS=1 nbdev_test --n_workers 2 --timing
 echo "nbdev_test: $(( $(date +%s) - start )) s"
-python -m pytest tests -q -p no:cacheprovider "$@"
+# pytest on one worker per core, at most 2 (pytest-xdist; tests/conftest.py gives each worker one thread): about half the
+# time of one 2-thread process, since most of a test's time is Python between small products
+workers=$(python -c "import os; print(min(2, os.cpu_count() or 1))")
+python -m pytest tests -q -p no:cacheprovider -n "$workers" "$@"
