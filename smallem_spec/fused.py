@@ -12,8 +12,8 @@ from fastcore.basics import patch
 from .core import SmallemError, smallem_home
 
 # %% auto #0
-__all__ = ['KERNEL_SRC', 'cpu_info', 'PassArgs', 'pack_panels', 'load_kernel', 'fused_fits', 'FusedPass', 'sample_logits',
-           'decide_sampled', 'product_times']
+__all__ = ['KERNEL_SRC', 'cpu_info', 'PassArgs', 'pack_panels', 'pack_panels_bf16', 'load_kernel', 'fused_fits', 'FusedPass',
+           'sample_logits', 'decide_sampled', 'product_times']
 
 # %% ../nbs/12a_fused_cpu.ipynb #dbdc75f4
 def cpu_info() -> dict:
@@ -130,6 +130,63 @@ static const float *gained(int R, int D, const float *x, const float *g, float *
 }
 
 '''
+
+# %% ../nbs/12a_fused_cpu.ipynb #c6ce8058
+_SRC_GEMMB = r"""
+/* bf16 pair panels: panel [K/2][32][2] of bf16 (for column j, the weights of rows 2p and 2p + 1 side by side), x rounded
+   to bf16 (nearest even) into the thread's own buffer xb, one vdpbf16ps per 16 columns, row and pair of k. Each row's sums
+   run over k in the same order whatever RT is. Without AVX-512 BF16, smallem_gemm_bf16 returns -1. */
+#if defined(__AVX512BF16__)
+#define BPANEL(RT) \
+static void gemmb_panel##RT(int K, const unsigned *restrict X, long ldx, const unsigned short *restrict P, float *restrict Y, \
+                            long ldy) { \
+  __m512 a[RT][2]; \
+  for (int r = 0; r < RT; r++) { a[r][0] = _mm512_setzero_ps(); a[r][1] = _mm512_setzero_ps(); } \
+  for (int p = 0; p < K / 2; p++) { \
+    __m512bh w0 = (__m512bh)_mm512_loadu_si512(P + p * 64), w1 = (__m512bh)_mm512_loadu_si512(P + p * 64 + 32); \
+    for (int r = 0; r < RT; r++) { \
+      __m512bh xv = (__m512bh)_mm512_set1_epi32((int)X[r * ldx + p]); \
+      a[r][0] = _mm512_dpbf16_ps(a[r][0], xv, w0); a[r][1] = _mm512_dpbf16_ps(a[r][1], xv, w1); \
+    } \
+  } \
+  for (int r = 0; r < RT; r++) { _mm512_storeu_ps(Y + r * ldy, a[r][0]); _mm512_storeu_ps(Y + r * ldy + 16, a[r][1]); } \
+}
+BPANEL(1) BPANEL(2) BPANEL(3) BPANEL(4) BPANEL(5) BPANEL(6) BPANEL(7) BPANEL(8)
+
+/* Y[R, N] = X[R, K] W, W as N/32 bf16 pair panels; inside a parallel region, xb this thread's R * K / 2 words */
+static void gemmb(int R, int K, int N, const float *X, long ldx, const unsigned short *W, float *Y, long ldy, unsigned *xb) {
+  for (int r = 0; r < R; r++) for (int k = 0; k < K; k += 16)
+    _mm256_storeu_si256((__m256i *)(xb + (long)r * K / 2 + k / 2), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(X + (long)r * ldx + k)));
+  #pragma omp for schedule(static)
+  for (int c = 0; c < N / NB; c++) {
+    const unsigned short *P = W + (long)c * K * NB;
+    for (int r0 = 0; r0 < R; r0 += 8) {
+      const unsigned *x = xb + (long)r0 * K / 2; float *y = Y + r0 * ldy + c * NB; const long lx = K / 2;
+      switch (R - r0 < 8 ? R - r0 : 8) {
+        case 1: gemmb_panel1(K, x, lx, P, y, ldy); break; case 2: gemmb_panel2(K, x, lx, P, y, ldy); break;
+        case 3: gemmb_panel3(K, x, lx, P, y, ldy); break; case 4: gemmb_panel4(K, x, lx, P, y, ldy); break;
+        case 5: gemmb_panel5(K, x, lx, P, y, ldy); break; case 6: gemmb_panel6(K, x, lx, P, y, ldy); break;
+        case 7: gemmb_panel7(K, x, lx, P, y, ldy); break; default: gemmb_panel8(K, x, lx, P, y, ldy);
+      }
+    }
+  }
+}
+#endif
+
+/* Y[R, N] = X[R, K] W (W as bf16 pair panels, K a multiple of 16) on nthreads threads: the product alone; -1 without
+   AVX-512 BF16 (R = 0 asks only that) */
+int smallem_gemm_bf16(int R, int K, int N, const float *X, const unsigned short *W, float *Y, int nthreads) {
+#if defined(__AVX512BF16__)
+  if (K % 16) return -1;
+  if (R <= 0) return 0;
+  #pragma omp parallel num_threads(nthreads)
+  { unsigned xb[R * K / 2]; gemmb(R, K, N, X, K, W, Y, N, xb); }
+  return 0;
+#else
+  (void)R; (void)K; (void)N; (void)X; (void)W; (void)Y; (void)nthreads; return -1;
+#endif
+}
+"""
 
 # %% ../nbs/12a_fused_cpu.ipynb #ed6b3137
 _SRC_ATTN1 = r'''
@@ -409,7 +466,7 @@ void smallem_gemm(int R, int K, int N, const float *X, const float *W, float *Y,
 }
 '''
 _SRC_PASS = _SRC_PASS1 + _SRC_PASS2 + _SRC_PASS3 + _SRC_PASS4
-KERNEL_SRC = _SRC_HEAD + _SRC_GEMM + _SRC_GEMMH + _SRC_ATTN + _SRC_SAMPLE + _SRC_PASS
+KERNEL_SRC = _SRC_HEAD + _SRC_GEMM + _SRC_GEMMH + _SRC_GEMMB + _SRC_ATTN + _SRC_SAMPLE + _SRC_PASS
 
 # %% ../nbs/12a_fused_cpu.ipynb #c4bec69c
 class PassArgs(ctypes.Structure):
@@ -423,6 +480,12 @@ def pack_panels(wT:torch.Tensor, half:bool=False) -> torch.Tensor:
     K, N = wT.shape
     p = wT.detach().float().reshape(K, N // 32, 32).permute(1, 0, 2).contiguous()
     return p.half() if half else p
+
+def pack_panels_bf16(wT:torch.Tensor) -> torch.Tensor:
+    "[K, N] -> [N/32, K/2, 32, 2] bf16 (nearest even): the panels of `smallem_gemm_bf16`, rows 2p and 2p + 1 of each column side by side."
+    K, N = wT.shape
+    if K % 2 or N % 32: raise SmallemError(f"bf16 panels need an even K and N a multiple of 32, not [{K}, {N}]")
+    return wT.detach().float().reshape(K // 2, 2, N // 32, 32).permute(2, 0, 3, 1).contiguous().bfloat16()
 
 # %% ../nbs/12a_fused_cpu.ipynb #0a311ad2
 _FLAGS = ['-O3', '-march=native', '-fopenmp', '-fPIC', '-shared', '-ffp-contract=fast']
@@ -463,6 +526,7 @@ def load_kernel(required:bool=False):
         lib.smallem_work_floats.restype = ctypes.c_long
         lib.smallem_work_floats.argtypes = [ctypes.c_int] * 5
         lib.smallem_gemm.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
+        lib.smallem_gemm_bf16.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
         _lib = lib
     except (SmallemError, OSError) as e:
         _lib = False
@@ -621,7 +685,7 @@ def product_times(shapes=((192, 576), (192, 1024), (512, 192), (192, 4096)), row
     lib, out = load_kernel(), {}
     with torch.inference_mode():
         for K, N in shapes:
-            W = torch.randn(N, K) * 0.02; Wt = W.t().contiguous(); P = pack_panels(Wt)
+            W = torch.randn(N, K) * 0.02; Wt = W.t().contiguous(); P, Pb = pack_panels(Wt), pack_panels_bf16(Wt)
             with warnings.catch_warnings():    # torch warns that quantized tensors are deprecated
                 warnings.simplefilter('ignore'); q = torch.ao.nn.quantized.dynamic.Linear(K, N, bias_=False)
             d = out[f'{K}->{N}'] = {}
@@ -633,5 +697,7 @@ def product_times(shapes=((192, 576), (192, 1024), (512, 192), (192, 4096)), row
                     fns['oneDNN prepacked'] = lambda: torch.ops.mkldnn._linear_pointwise(x, w1, None, 'none', [], '')
                 except (RuntimeError, AttributeError): pass
                 if lib: fns['fused panels'] = lambda: lib.smallem_gemm(M, K, N, x.data_ptr(), P.data_ptr(), y.data_ptr(), torch.get_num_threads())
+                if lib and lib.smallem_gemm_bf16(0, K, N, None, None, None, 1) == 0:   # AVX-512 BF16 only
+                    fns['bf16 pair panels'] = lambda: lib.smallem_gemm_bf16(M, K, N, x.data_ptr(), Pb.data_ptr(), y.data_ptr(), torch.get_num_threads())
                 for name, f in fns.items(): d.setdefault(name, {})[M] = _median_us(f, reps)
     return out

@@ -1,5 +1,5 @@
 """The fused CPU kernel: same function as the reference, one token's logits independent of the rows it shares a pass
-with (with fp32 panels and with a proposer's fp16 panels), proposer chains equal to step-by-step passes, the sampling rule exact (with its planted bias rejected), the
+with (with fp32 panels and with a proposer's fp16 panels), the bf16 pair product and its rows, proposer chains equal to step-by-step passes, the sampling rule exact (with its planted bias rejected), the
 policy that stops speculating where it does not pay, and the fallback when the kernel cannot be used.
 Statistics: 7 chi-squared tests at 0.1% (6 per-position, 1 of the sampler), so a false-failure rate of at most 0.7% for the file."""
 import ctypes, os, platform, subprocess, sys
@@ -106,6 +106,27 @@ def test_fp16_widening_is_exact(tmp_path, flags):
     lib.widen(bits.ctypes.data, out.ctypes.data, 65536)
     want = bits.view(np.float16).astype(np.float32); nan = np.isnan(want)
     assert np.array_equal(np.isnan(out), nan) and np.array_equal(out[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+@pytest.mark.skipif(load_kernel() is None or load_kernel().smallem_gemm_bf16(0, 16, 32, None, None, None, 1) != 0,
+                    reason="no AVX-512 BF16 on this processor (or not compiled in)")
+@pytest.mark.parametrize('K,N', [(192, 576), (512, 192), (192, 4096)])
+def test_bf16_pair_panels(K, N):
+    "The bf16 product (`smallem_gemm_bf16`, not yet in any pass) equals x and W rounded to bf16 (nearest even) and"
+    " multiplied in fp32, to 1e-5 of the largest output: a panel with its pairs or columns misplaced, or x truncated instead"
+    " of rounded (a 0.4% bias), would fail; it is not the fp32 product (a few parts in a thousand away); and each row's"
+    " result is the same bits whether it is computed alone or among 8 rows, as a verify pass needs."
+    lib, g = load_kernel(), torch.Generator().manual_seed(K + N)
+    W, x = torch.randn(K, N, generator=g) * 0.02, torch.randn(8, K, generator=g)
+    Pb, y = F.pack_panels_bf16(W), torch.empty(8, N)
+    assert lib.smallem_gemm_bf16(8, K, N, x.data_ptr(), Pb.data_ptr(), y.data_ptr(), 2) == 0
+    emu, exact = x.bfloat16().float() @ W.bfloat16().float(), x.double() @ W.double()
+    assert (y - emu).abs().max() < 1e-5 * emu.abs().max()
+    rel = ((y.double() - exact).norm() / exact.norm()).item()
+    assert 1e-4 < rel < 1e-2, rel
+    for M in (1, 3, 4):
+        ym = torch.empty(M, N); lib.smallem_gemm_bf16(M, K, N, x[:M].contiguous().data_ptr(), Pb.data_ptr(), ym.data_ptr(), 2)
+        assert torch.equal(ym, y[:M]), M
+    with pytest.raises(F.SmallemError, match='even K'): F.pack_panels_bf16(W[:-1])
 
 @pytest.fixture
 def fused_rule(monkeypatch):
