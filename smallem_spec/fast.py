@@ -88,7 +88,8 @@ def _interleave(H:int, hd:int) -> torch.Tensor:
 class FastSmallem:
     "Inference-only twin of a Smallem: folded norms, pre-transposed weights, scripted blocks (or the fused CPU kernel), one page per sequence."
     def __init__(self, model:Smallem, script:bool=True, page_size:int|None=None, graphs:bool|str|None=None,
-                 kernel:str|None=None):   # 'fused' (CPU, the default where it builds), 'script' or 'eager'; None: the best available
+                 kernel:str|None=None,    # 'fused' (CPU, the default where it builds), 'script' or 'eager'; None: the best available
+                 precision:str='fp32'):   # 'bf16': the fused kernel's bf16 pair panels (AVX-512 BF16), a few parts in a thousand from the model
         c = self.cfg = model.cfg; self.model = model
         self.manifest = getattr(model, 'manifest', None)
         D, H, hd = c.dim, c.n_heads, c.head_dim
@@ -98,7 +99,10 @@ class FastSmallem:
         self._fold(model, perm, dev, dt)
         self.blocks = scripted_blocks() if script else _blocks
         self.kernel = self._choose_kernel(kernel, script, graphs, dev, dt)
-        self.fused = FusedPass(model, perm) if self.kernel == 'fused' else None
+        if precision not in ('fp32', 'bf16'): raise SmallemError(f"precision must be 'fp32' or 'bf16' (got {precision!r})")
+        if precision == 'bf16' and self.kernel != 'fused': raise SmallemError("bf16 passes need the fused CPU kernel")
+        self.precision = precision
+        self.fused = FusedPass(model, perm, bf16=precision == 'bf16') if self.kernel == 'fused' else None
         self.page_size = page_size or c.max_seq_len
         self.graphs = (model.device.type == 'cuda') if graphs is None else graphs   # 'emulate': the graph bookkeeping without capture (tests)
         if self.graphs and self.page_size != c.max_seq_len: raise SmallemError("captured graphs need one page per sequence")
@@ -168,7 +172,7 @@ def _choose_kernel(self:FastSmallem, kernel, script, graphs, dev, dt):
     return kernel
 
 @patch
-def __repr__(self:FastSmallem): return f"FastSmallem({self.model!r}, kernel={self.kernel!r})"
+def __repr__(self:FastSmallem): return f"FastSmallem({self.model!r}, kernel={self.kernel!r}" + (", precision='bf16')" if self.precision == 'bf16' else ")")
 
 @patch
 def eval(self:FastSmallem): return self
@@ -212,8 +216,8 @@ def new_cache(self:FastSmallem, batch:int=1, page_size:int|None=None, n_pages:in
 # %% ../nbs/12_fast_path.ipynb #a7dca953
 @patch
 def as_proposer(self:FastSmallem) -> FastSmallem:
-    "The same model for proposing only: on the fused kernel its passes read fp16 copies of the weights, the norm gains kept apart (`12a_fused_cpu`); made once, the caches as before. Elsewhere the model itself."
-    if self.fused is None or self.fused.half: return self
+    "The same model for proposing only: on the fused kernel its passes read fp16 copies of the weights, the norm gains kept apart (`12a_fused_cpu`); made once, the caches as before. Elsewhere (and in bf16) the model itself."
+    if self.fused is None or self.fused.half or self.fused.bf16: return self   # bf16 panels: already half the bytes
     if getattr(self, '_proposer', None) is None:
         p = copy.copy(self)
         p.fused = FusedPass(self.model, _interleave(self.cfg.n_heads, self.cfg.head_dim).to(self.device), half=True)
@@ -382,6 +386,8 @@ def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:in
         ref = load_or_train(preset, name, progress=progress); fast = FastSmallem(ref)
         paths = {'fast': fast, 'script': FastSmallem(ref, kernel='script'), 'reference': ref}
         if fast.kernel == 'script': del paths['script']
+        try: paths['bf16'] = FastSmallem(ref, precision='bf16')   # where the processor has AVX-512 BF16
+        except SmallemError: pass
         nbytes = fast.weight_bytes(); flops = 2 * nbytes / 4
         fl = lambda bw: {T: max(nbytes / (bw * 1e9), T * flops / (rates['matmul_gflops'] * 1e9)) for T in Ts}
         floor, dram = fl(rates['bandwidth_model_size_gbs']), fl(rates['bandwidth_gbs'])
@@ -391,7 +397,8 @@ def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:in
         for path in paths:
             row[path] = {'t_ms': {T: round(x * 1e3, 3) for T, x in t[path].items()},
                          'v': {T - 1: round(x / t[path][1], 3) for T, x in t[path].items()},
-                         't1_over_floor': round(t[path][1] / floor[1], 2), 't1_over_dram_floor': round(t[path][1] / dram[1], 2)}
+                         't1_over_floor': round(t[path][1] / floor[1] * (2 if path == 'bf16' else 1), 2),   # bf16: half the bytes, half the floor
+                         't1_over_dram_floor': round(t[path][1] / dram[1] * (2 if path == 'bf16' else 1), 2)}
         out['models'][name] = row
     return out
 
@@ -406,11 +413,13 @@ def format_kernels(res:dict) -> str:
              f"fp32 products {m['matmul_gflops']:.1f} GFLOP/s",
              f"{'model':8s} {'path':9s} {'MB':>6s} {'floor':>6s} {'DRAM':>6s} {'t(1)':>6s} {'/floor':>6s} " + ' '.join(f'v({k})'.rjust(5) for k in range(1, 8))]
     for name, r in res['models'].items():
-        for path in ('fast', 'script', 'reference'):
+        for path in ('fast', 'bf16', 'script', 'reference'):
             if path not in r: continue
-            p, label = r[path], (f"fast:{r['fast_kernel']}" if path == 'fast' and 'fast_kernel' in r else path)
+            p, label = r[path], (f"fast:{r['fast_kernel']}" if path == 'fast' and 'fast_kernel' in r else 'fast:bf16' if path == 'bf16' else path)
             lines.append(f"{name:8s} {label:9s} {r['weight_mb']:6.1f} {at(r['floor_ms'], 1):6.2f} {at(r.get('dram_floor_ms', r['floor_ms']), 1):6.2f} "
                          f"{at(p['t_ms'], 1):6.2f} {p['t1_over_floor']:6.2f} " + ' '.join(f"{at(p['v'], k):5.2f}" for k in range(1, 8)))
+    if any('bf16' in r for r in res['models'].values()):
+        lines.append("fast:bf16 reads half the bytes (bf16 pair panels), so its /floor is against half the floor shown")
     return '\n'.join(lines)
 
 def kernels_cli(argv=None):

@@ -133,13 +133,15 @@ static const float *gained(int R, int D, const float *x, const float *g, float *
 
 # %% ../nbs/12a_fused_cpu.ipynb #c6ce8058
 _SRC_GEMMB = r"""
-/* bf16 pair panels: panel [K/2][32][2] of bf16 (for column j, the weights of rows 2p and 2p + 1 side by side), x rounded
-   to bf16 (nearest even) into the thread's own buffer xb, one vdpbf16ps per 16 columns, row and pair of k. Each row's sums
-   run over k in the same order whatever RT is. Without AVX-512 BF16, smallem_gemm_bf16 returns -1. */
+/* bf16 pair panels: panel [K/2][32][2] of bf16 (for column j, the weights of rows 2p and 2p + 1 side by side); x is rounded
+   to bf16 (nearest even) into this thread's scratch bf_x, then one vdpbf16ps per 16 columns, row and pair of k. Each row's
+   sums run over k in the same order whatever RT is. Without AVX-512 BF16 there is no such product (smallem_gemm_bf16
+   returns -1 and FusedPass refuses bf16 panels). */
+static __thread unsigned *bf_x;                   /* this thread's R * max(D, F) / 2 words, set where a region starts */
 #if defined(__AVX512BF16__)
 #define BPANEL(RT) \
 static void gemmb_panel##RT(int K, const unsigned *restrict X, long ldx, const unsigned short *restrict P, float *restrict Y, \
-                            long ldy) { \
+                            long ldy, const float *restrict sc, int acc) { \
   __m512 a[RT][2]; \
   for (int r = 0; r < RT; r++) { a[r][0] = _mm512_setzero_ps(); a[r][1] = _mm512_setzero_ps(); } \
   for (int p = 0; p < K / 2; p++) { \
@@ -149,27 +151,36 @@ static void gemmb_panel##RT(int K, const unsigned *restrict X, long ldx, const u
       a[r][0] = _mm512_dpbf16_ps(a[r][0], xv, w0); a[r][1] = _mm512_dpbf16_ps(a[r][1], xv, w1); \
     } \
   } \
-  for (int r = 0; r < RT; r++) { _mm512_storeu_ps(Y + r * ldy, a[r][0]); _mm512_storeu_ps(Y + r * ldy + 16, a[r][1]); } \
+  for (int r = 0; r < RT; r++) { \
+    __m512 s = _mm512_set1_ps(sc[r]), s0 = _mm512_mul_ps(a[r][0], s), s1 = _mm512_mul_ps(a[r][1], s); \
+    if (acc) { s0 = _mm512_add_ps(s0, _mm512_loadu_ps(Y + r * ldy)); s1 = _mm512_add_ps(s1, _mm512_loadu_ps(Y + r * ldy + 16)); } \
+    _mm512_storeu_ps(Y + r * ldy, s0); _mm512_storeu_ps(Y + r * ldy + 16, s1); \
+  } \
 }
 BPANEL(1) BPANEL(2) BPANEL(3) BPANEL(4) BPANEL(5) BPANEL(6) BPANEL(7) BPANEL(8)
 
-/* Y[R, N] = X[R, K] W, W as N/32 bf16 pair panels; inside a parallel region, xb this thread's R * K / 2 words */
-static void gemmb(int R, int K, int N, const float *X, long ldx, const unsigned short *W, float *Y, long ldy, unsigned *xb) {
+/* gemm's contract (Y (= or +=) diag(sc) X W, inside a parallel region, ends on the loop's barrier) with bf16 pair panels */
+static void gemmb(int R, int K, int N, const float *X, long ldx, const float *Wf, float *Y, long ldy, const float *sc, int acc) {
+  const unsigned short *W = (const unsigned short *)Wf; unsigned *xb = bf_x; const long lx = K / 2;
   for (int r = 0; r < R; r++) for (int k = 0; k < K; k += 16)
-    _mm256_storeu_si256((__m256i *)(xb + (long)r * K / 2 + k / 2), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(X + (long)r * ldx + k)));
+    _mm256_storeu_si256((__m256i *)(xb + r * lx + k / 2), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(X + (long)r * ldx + k)));
   #pragma omp for schedule(static)
   for (int c = 0; c < N / NB; c++) {
     const unsigned short *P = W + (long)c * K * NB;
     for (int r0 = 0; r0 < R; r0 += 8) {
-      const unsigned *x = xb + (long)r0 * K / 2; float *y = Y + r0 * ldy + c * NB; const long lx = K / 2;
+      const unsigned *x = xb + r0 * lx; const float *s = sc + r0; float *y = Y + r0 * ldy + c * NB;
       switch (R - r0 < 8 ? R - r0 : 8) {
-        case 1: gemmb_panel1(K, x, lx, P, y, ldy); break; case 2: gemmb_panel2(K, x, lx, P, y, ldy); break;
-        case 3: gemmb_panel3(K, x, lx, P, y, ldy); break; case 4: gemmb_panel4(K, x, lx, P, y, ldy); break;
-        case 5: gemmb_panel5(K, x, lx, P, y, ldy); break; case 6: gemmb_panel6(K, x, lx, P, y, ldy); break;
-        case 7: gemmb_panel7(K, x, lx, P, y, ldy); break; default: gemmb_panel8(K, x, lx, P, y, ldy);
+        case 1: gemmb_panel1(K, x, lx, P, y, ldy, s, acc); break; case 2: gemmb_panel2(K, x, lx, P, y, ldy, s, acc); break;
+        case 3: gemmb_panel3(K, x, lx, P, y, ldy, s, acc); break; case 4: gemmb_panel4(K, x, lx, P, y, ldy, s, acc); break;
+        case 5: gemmb_panel5(K, x, lx, P, y, ldy, s, acc); break; case 6: gemmb_panel6(K, x, lx, P, y, ldy, s, acc); break;
+        case 7: gemmb_panel7(K, x, lx, P, y, ldy, s, acc); break; default: gemmb_panel8(K, x, lx, P, y, ldy, s, acc);
       }
     }
   }
+}
+#else
+static void gemmb(int R, int K, int N, const float *X, long ldx, const float *Wf, float *Y, long ldy, const float *sc, int acc) {
+  (void)R; (void)K; (void)N; (void)X; (void)ldx; (void)Wf; (void)Y; (void)ldy; (void)sc; (void)acc;   /* never called */
 }
 #endif
 
@@ -179,8 +190,9 @@ int smallem_gemm_bf16(int R, int K, int N, const float *X, const unsigned short 
 #if defined(__AVX512BF16__)
   if (K % 16) return -1;
   if (R <= 0) return 0;
+  float one[R]; for (int r = 0; r < R; r++) one[r] = 1.0f;
   #pragma omp parallel num_threads(nthreads)
-  { unsigned xb[R * K / 2]; gemmb(R, K, N, X, K, W, Y, N, xb); }
+  { unsigned xb[R * K / 2]; bf_x = xb; gemmb(R, K, N, X, K, (const float *)W, Y, N, one, 0); }
   return 0;
 #else
   (void)R; (void)K; (void)N; (void)X; (void)W; (void)Y; (void)nthreads; return -1;
@@ -323,11 +335,12 @@ typedef struct {
   const long *hrows; long nh;                      /* NULL: the head for every row; else only for these nh rows (logits [nh, Vh]) */
   const float *hscale;                             /* NULL, or [D] factors on the head's input (a head packed with another norm's gain) */
   const float *const *G;                           /* NULL (gains folded), or the gains of fp16 blocks: 2 per layer, then the MTP's h and e */
-  int f16;                                         /* which panels are fp16: 1 the blocks (and the MTP's Ph, Pe), 2 the head */
+  int f16;                                         /* which panels are fp16: 1 the blocks (and the MTP's Ph, Pe), 2 the head;
+                                                      bf16 pairs: 4 the blocks, 8 the head */
 } pass_args;
 
 long smallem_work_floats(int R, int D, int F, int maxpos, int nthreads) {
-  return (long)R * (4 * D + 3 * F + (F > D ? 0 : D - F)) + (long)nthreads * (maxpos + 1 + 2 * R + 16 + (long)R * D);
+  return (long)R * (4 * D + 3 * F + (F > D ? 0 : D - F)) + (long)nthreads * (maxpos + 1 + 2 * R + 32 + (long)R * D + (long)R * (F > D ? F : D) / 2);
 }
 
 int smallem_pass(const pass_args *a) {
@@ -338,8 +351,10 @@ int smallem_pass(const pass_args *a) {
   const float scale = 1.0f / sqrtf((float)hd);
   #pragma omp parallel num_threads(a->nthreads)
   {
-    float *p = thr + (long)omp_get_thread_num() * (L1 + 2 * R + 16 + (long)R * D), *iv = p + L1, *one = iv + R, *xg = one + R + 16;
-    void (*mm)(int, int, int, const float *, long, const float *, float *, long, const float *, int) = a->f16 & 1 ? gemmh : gemm;
+    float *p = thr + (long)omp_get_thread_num() * (L1 + 2 * R + 32 + (long)R * D + (long)R * (F > D ? F : D) / 2), *iv = p + L1, *one = iv + R,
+          *xg = one + R + 16;
+    bf_x = (unsigned *)(xg + (long)R * D + 16);   /* bf16 panels: x rounded, per thread */
+    void (*mm)(int, int, int, const float *, long, const float *, float *, long, const float *, int) = a->f16 & 4 ? gemmb : a->f16 & 1 ? gemmh : gemm;
     const float *const *G = a->G;
     float *x = a->x;
     for (int r = 0; r < R; r++) one[r] = 1.0f;
@@ -404,7 +419,7 @@ _SRC_PASS3 = r'''    const long nh = a->hrows ? a->nh : R; const float *xh = x;
       #pragma omp for schedule(static)
       for (long i = 0; i < nh; i++) for (int d = 0; d < D; d += 16) st(hh + i * D + d, ld(hh + i * D + d) * ld(a->hscale + d));
     }
-    (a->f16 & 2 ? gemmh : gemm)(nh, D, a->Vh, xh, D, a->head, a->logits, a->Vh, iv, 0);
+    (a->f16 & 8 ? gemmb : a->f16 & 2 ? gemmh : gemm)(nh, D, a->Vh, xh, D, a->head, a->logits, a->Vh, iv, 0);
     #pragma omp for schedule(static)
     for (long r = 0; r < nh; r++) {              /* the greedy token of each row, while its logits are in cache */
       const float *l = a->logits + r * a->Vh; long b = 0;
@@ -547,19 +562,24 @@ class FusedPass:
     "A trained Smallem's weights packed for the fused kernel, and the call that runs one pass (or one MTP pass) over a cache."
     def __init__(self, model, perm:torch.Tensor, lib=None,
                  half:bool=False,       # a proposer's passes: fp16 panels of the weights as trained, the norm gains kept apart
-                 mtp_half:bool=False):  # the MTP module's blocks in fp16 too (its head stays the target's): did not pay (below)
+                 mtp_half:bool=False,   # the MTP module's blocks in fp16 too (its head stays the target's): did not pay (below)
+                 bf16:bool=False):      # bf16 pair panels (gains folded) for every product, the head and the MTP module's included
         self.lib = lib or load_kernel(required=True)
-        c = self.cfg = model.cfg; D = c.dim; self.half = half
+        c = self.cfg = model.cfg; D = c.dim; self.half, self.bf16 = half, bf16
+        if bf16 and (half or mtp_half): raise SmallemError("bf16 panels replace fp16 ones: ask for one or the other")
+        if bf16 and self.lib.smallem_gemm_bf16(0, 16, 32, None, None, None, 1) != 0:
+            raise SmallemError(f"bf16 panels need AVX-512 BF16, which this processor ({cpu_info()['model']}) or its compiled kernel lacks")
+        pk = pack_panels_bf16 if bf16 else pack_panels
         g = lambda norm: norm.weight.detach().float()[None]          # a norm's gain, folded into the matrix after it
         def block(b, h:bool):   # (panels, gains): folded fp32 panels, or fp16 panels of the trained weights and the gains apart
             w = b.attn.wqkv.weight.detach().float().clone(); w[:D], w[D:2 * D] = w[:D][perm], w[D:2 * D][perm]
             w13, wo, w2 = b.ffn.w13.weight.float(), b.attn.wo.weight.float(), b.ffn.w2.weight.float()
             if h: return [pack_panels(m.t(), True) for m in (w, wo, w13, w2)], [g(b.attn_norm)[0], g(b.ffn_norm)[0]]
-            return [pack_panels((w * g(b.attn_norm)).t()), pack_panels(wo.t()), pack_panels((w13 * g(b.ffn_norm)).t()), pack_panels(w2.t())], []
+            return [pk((w * g(b.attn_norm)).t()), pk(wo.t()), pk((w13 * g(b.ffn_norm)).t()), pk(w2.t())], []
         with torch.no_grad():
             E = self.emb = model.tok_emb.weight.detach().float().contiguous()
             W, G = zip(*[block(b, half) for b in model.layers]) if model.layers else ((), ())
-            self.main = dict(W=[w for ws in W for w in ws], G=[x for gs in G for x in gs], E=E if half else E * g(model.norm), f16=3 if half else 0,
+            self.main = dict(W=[w for ws in W for w in ws], G=[x for gs in G for x in gs], E=E if half else E * g(model.norm), f16=3 if half else 12 if bf16 else 0,
                              hs=g(model.norm).reshape(-1).contiguous() if half else None)   # fp16: the head's gain on its input
             if model.mtp is not None:
                 m = model.mtp; P = m.proj.weight.detach().float()
@@ -567,13 +587,14 @@ class FusedPass:
                 hs = g(m.norm) / (1 if half else g(model.norm))            # the target's head, shared: the module's gain over what it holds
                 ph, pe = (P[:, :D], P[:, D:]) if mtp_half else (P[:, :D] * g(m.norm_h), P[:, D:] * g(m.norm_e))
                 self.mtp = dict(W=W, G=G + ([g(m.norm_h)[0], g(m.norm_e)[0]] if mtp_half else []), E=self.main['E'], hs=hs.reshape(-1).contiguous(),
-                                f16=(1 if mtp_half else 0) | (self.main['f16'] & 2), Ph=pack_panels(ph.t(), mtp_half), Pe=pack_panels(pe.t(), mtp_half))
+                                f16=(1 if mtp_half else 0) | (self.main['f16'] & 14),
+                                Ph=pk(ph.t()) if bf16 else pack_panels(ph.t(), mtp_half), Pe=pk(pe.t()) if bf16 else pack_panels(pe.t(), mtp_half))
             half_d = c.head_dim // 2
             self.cs, self.sn = model.cos[:, :half_d].float().contiguous(), model.sin[:, :half_d].float().contiguous()
         for d in (self.main, getattr(self, 'mtp', None)):   # one argument struct each, its fixed fields set once
             if d is None: continue
             mtp = d is not self.main
-            d['head'], d['heads'] = (self.main['head'], self.main['heads']) if mtp else (pack_panels(d['E'].t(), half), {})
+            d['head'], d['heads'] = (self.main['head'], self.main['heads']) if mtp else (pk(d['E'].t()) if bf16 else pack_panels(d['E'].t(), half), {})
             d['ptrs'] = (ctypes.c_void_p * len(d['W']))(*[w.data_ptr() for w in d['W']])
             d['gptrs'] = (ctypes.c_void_p * len(d['G']))(*[x.data_ptr() for x in d['G']]) if d['G'] else None
             d['args'] = PassArgs(D=D, H=c.n_heads, hd=c.head_dim, F=c.ffn_dim, V=c.vocab_size, Vh=c.vocab_size, maxpos=c.max_seq_len - 1,
@@ -593,7 +614,7 @@ class FusedPass:
             if ids.dim() != 1 or not len(ids) or not (ids.diff() > 0).all() or ids[0] < 0 or ids[-1] >= self.cfg.vocab_size:
                 raise SmallemError(f"a draft vocabulary must be increasing token ids in [0, {self.cfg.vocab_size})")
             if len(d['heads']) >= 8: d['heads'].pop(next(iter(d['heads'])))   # a few vocabularies at a time
-            d['heads'][key] = (ids, pack_panels(d['E'][ids].t(), bool(d['f16'] & 2)))
+            d['heads'][key] = (ids, pack_panels_bf16(d['E'][ids].t()) if d['f16'] & 8 else pack_panels(d['E'][ids].t(), bool(d['f16'] & 2)))
         return d['heads'][key]
 
 # %% ../nbs/12a_fused_cpu.ipynb #1220b106

@@ -1,5 +1,5 @@
 """The fused CPU kernel: same function as the reference, one token's logits independent of the rows it shares a pass
-with (with fp32 panels and with a proposer's fp16 panels), the bf16 pair product and its rows, proposer chains equal to step-by-step passes, the sampling rule exact (with its planted bias rejected), the
+with (with fp32 panels and with a proposer's fp16 panels), the bf16 pair product and its rows, bf16 passes (close to the model, rows independent, greedy identity), proposer chains equal to step-by-step passes, the sampling rule exact (with its planted bias rejected), the
 policy that stops speculating where it does not pay, and the fallback when the kernel cannot be used.
 Statistics: 7 chi-squared tests at 0.1% (6 per-position, 1 of the sampler), so a false-failure rate of at most 0.7% for the file."""
 import ctypes, os, platform, subprocess, sys
@@ -11,6 +11,8 @@ from smallem_spec.fused import load_kernel, decide_sampled, sample_logits, cpu_i
 import smallem_spec.fused as F
 from smallem_spec.generate import generate
 from smallem_spec.spec import speculative_generate, ConstantProposer, DraftProposer
+from smallem_spec.mtp import MTPProposer
+from smallem_spec.proposers import ngram_for
 from smallem_spec.cost import AdaptiveK
 
 pytestmark = pytest.mark.skipif(load_kernel() is None, reason="no C compiler: the fused kernel cannot be built here")
@@ -111,7 +113,7 @@ def test_fp16_widening_is_exact(tmp_path, flags):
                     reason="no AVX-512 BF16 on this processor (or not compiled in)")
 @pytest.mark.parametrize('K,N', [(192, 576), (512, 192), (192, 4096)])
 def test_bf16_pair_panels(K, N):
-    "The bf16 product (`smallem_gemm_bf16`, not yet in any pass) equals x and W rounded to bf16 (nearest even) and"
+    "The bf16 product alone (`smallem_gemm_bf16`) equals x and W rounded to bf16 (nearest even) and"
     " multiplied in fp32, to 1e-5 of the largest output: a panel with its pairs or columns misplaced, or x truncated instead"
     " of rounded (a 0.4% bias), would fail; it is not the fp32 product (a few parts in a thousand away); and each row's"
     " result is the same bits whether it is computed alone or among 8 rows, as a verify pass needs."
@@ -127,6 +129,32 @@ def test_bf16_pair_panels(K, N):
         ym = torch.empty(M, N); lib.smallem_gemm_bf16(M, K, N, x[:M].contiguous().data_ptr(), Pb.data_ptr(), ym.data_ptr(), 2)
         assert torch.equal(ym, y[:M]), M
     with pytest.raises(F.SmallemError, match='even K'): F.pack_panels_bf16(W[:-1])
+
+_BF16 = load_kernel() is not None and load_kernel().smallem_gemm_bf16(0, 16, 32, None, None, None, 1) == 0
+
+@pytest.mark.skipif(not _BF16, reason="no AVX-512 BF16 on this processor (or not compiled in)")
+def test_bf16_passes(cpu_models, fast, prompts):
+    "`FastSmallem(precision='bf16')`: a few parts in a thousand from the reference model (not its function to float"
+    " rounding, so greedy texts may part from the fp32 ones at near ties), the same bits for a token whatever rows share its"
+    " pass, and greedy identity for every proposer against its own plain decoding (4 prompts x 100 tokens, k = 1..3)."
+    t32 = cpu_models['target']; b = FastSmallem(t32, precision='bf16')
+    assert b.fused.bf16 and b.as_proposer() is b and 'bf16' in repr(b)
+    x = torch.randint(1, t32.cfg.vocab_size, (3, 50), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        ref, ref_h = t32(x, return_hidden=True)
+        c = b.new_cache(capacity=[50] * 3); s = [c.new_seq() for _ in range(3)]
+        d = (b(x, c, s) - ref).abs().max().item()
+        lf, _ = b.mtp_forward(ref_h[:, :-1], x[:, 1:]); lr, _ = t32.mtp_forward(ref_h[:, :-1], x[:, 1:])
+    assert 1e-3 < d < 0.25 and 1e-3 < (lf - lr).abs().max().item() < 0.25, d   # bf16 for real, and close (measured: 0.05)
+    assert _same_tokens_three_ways(b, t32.cfg.vocab_size)
+    ps = prompts[:4]; plain = generate(b, ps, 100)
+    makers = {'draft2': lambda: DraftProposer(fast['draft2']), 'mtp': lambda: MTPProposer(b), 'ngram': lambda: ngram_for(b)}
+    for name, mk in makers.items():
+        for k in (1, 2, 3):
+            assert speculative_generate(b, mk(), ps, 100, k)[0] == plain, f"{name}, k={k}: differs from bf16 plain greedy"
+    from smallem_spec.core import SmallemError
+    with pytest.raises(SmallemError, match='precision must be'): FastSmallem(t32, precision='fp16')
+    with pytest.raises(SmallemError, match='fused CPU kernel'): FastSmallem(t32, kernel='script', precision='bf16')
 
 @pytest.fixture
 def fused_rule(monkeypatch):
