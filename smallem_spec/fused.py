@@ -227,13 +227,38 @@ static inline v16 vexp(v16 x) {
   return p * (v16)e;
 }
 
-/* one head of one row: softmax(q.K / sqrt(hd)) V over the first n keys of the row's page table */
+/* lane t: the sum of the 16 lanes of s[t] (a transpose and add in four rounds: 45 shuffles and adds for 16 sums) */
+#define SH(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+static inline v16 hsum16(const v16 *s) {
+  v16 c[8], d[4], e[2];
+  for (int t = 0; t < 8; t++) c[t] = SH(s[2 * t], s[2 * t + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)
+                                   + SH(s[2 * t], s[2 * t + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  for (int t = 0; t < 4; t++) d[t] = SH(c[2 * t], c[2 * t + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27)
+                                   + SH(c[2 * t], c[2 * t + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  for (int t = 0; t < 2; t++) e[t] = SH(d[2 * t], d[2 * t + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29)
+                                   + SH(d[2 * t], d[2 * t + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+  return SH(e[0], e[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) + SH(e[0], e[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+/* one head of one row: softmax(q.K / sqrt(hd)) V over the first n keys of the row's page table; the scores 16 keys at a
+   time, the last few of a page one by one (how a score is summed depends only on n, never on the rows of the pass) */
 static void attend(const float *q, const float *kvl, const long *tb, int S, long n, int D, int off, int hd, float scale,
                    float *p, float *out) {
   float mx = -INFINITY, tot = 0;
   for (long j0 = 0; j0 < n; j0 += S) {
     const float *base = kvl + tb[j0 / S] * S * 2 * D + off; long m = n - j0 < S ? n - j0 : S;
-    for (long j = 0; j < m; j++) {
+    long j = 0;
+    for (; j + 16 <= m; j += 16) {
+      v16 s[16];
+      for (int t = 0; t < 16; t++) {
+        const float *k = base + (j + t) * 2 * D; v16 a = {0};
+        for (int i = 0; i < hd; i += 16) a += ld(q + i) * ld(k + i);
+        s[t] = a;
+      }
+      v16 v = hsum16(s) * scale; st(p + j0 + j, v);
+      for (int t = 0; t < 16; t++) if (v[t] > mx) mx = v[t];
+    }
+    for (; j < m; j++) {
       const float *k = base + j * 2 * D; v16 s = {0};
       for (int i = 0; i < hd; i += 16) s += ld(q + i) * ld(k + i);
       float v = hsum(s) * scale; p[j0 + j] = v; if (v > mx) mx = v;
