@@ -37,6 +37,8 @@ REFUSED = [
     ('smallem_bench', ['--temperature', '-1'], 'temperature'),
     ('smallem_bench', ['--batch', '0'], 'must be >= 1'),
     ('smallem_bench', ['--preset', 'huge'], 'unknown preset'),
+    ('smallem_bench', ['--reference', '--precision', 'bf16'], 'runs in fp32'),
+    ('smallem_bench', ['--precision', 'fp16'], 'invalid choice'),
     ('smallem_kernels', ['--reps', '1'], 'need --reps'),
     ('smallem_kernels', ['--preset', 'huge'], 'unknown preset'),
     ('smallem_kernels', ['--json', '/nonexistent/dir/k.json'], 'cannot write --json'),
@@ -104,6 +106,20 @@ def test_bench_small(tmp_path):
     assert all(r['identical'] for r in rows if r['temperature'] == 0 and not r['proposer'].startswith('none')), "a greedy row differs from the target alone"
     assert {r['path'] for r in rows if r['proposer'] == 'none (reference)'} == {'reference'} and {r['path'] for r in rows if r['proposer'] == 'mtp'} == {'fast'}
     assert png.stat().st_size > 10_000
+
+def test_bench_bf16(tmp_path):
+    "--precision bf16: every fast model on bf16 panels, the target alone too; the greedy texts still the target alone's, the file says so."
+    from smallem_spec.fused import load_kernel
+    lib = load_kernel()
+    if lib is None or lib.smallem_gemm_bf16(0, 16, 32, None, None, None, 1) != 0: pytest.skip("no AVX-512 BF16 on this processor")
+    j = tmp_path/'b.json'
+    r = run('smallem_bench', '--preset', 'cpu', '--prompts', '2', '--new-tokens', '12', '--k', '1,adaptive', '--proposers', 'draft2,mtp',
+            '--temperature', '0', '--precision', 'bf16', '--json', str(j))
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+    res = json.loads(j.read_text())
+    assert res['meta']['precision'] == 'bf16' and res['meta']['drafter_panels'] == 'bf16' and 'bf16' in r.stdout
+    assert all(x['identical'] for x in res['rows'] if not x['proposer'].startswith('none'))
 
 def test_kernels_command(tmp_path):
     j = tmp_path/'k.json'
