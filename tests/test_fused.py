@@ -109,8 +109,9 @@ def test_fp16_widening_is_exact(tmp_path, flags):
     want = bits.view(np.float16).astype(np.float32); nan = np.isnan(want)
     assert np.array_equal(np.isnan(out), nan) and np.array_equal(out[~nan].view(np.uint32), want[~nan].view(np.uint32))
 
-@pytest.mark.skipif(load_kernel() is None or load_kernel().smallem_gemm_bf16(0, 16, 32, None, None, None, 1) != 0,
-                    reason="no AVX-512 BF16 on this processor (or not compiled in)")
+_BF16 = load_kernel() is not None and load_kernel().smallem_gemm_bf16(0, 16, 32, None, None, None, 1) == 0   # AVX-512 BF16, compiled in
+
+@pytest.mark.skipif(not _BF16, reason="no AVX-512 BF16 on this processor (or not compiled in)")
 @pytest.mark.parametrize('K,N', [(192, 576), (512, 192), (192, 4096)])
 def test_bf16_pair_panels(K, N):
     "The bf16 product alone (`smallem_gemm_bf16`) equals x and W rounded to bf16 (nearest even) and"
@@ -129,8 +130,6 @@ def test_bf16_pair_panels(K, N):
         ym = torch.empty(M, N); lib.smallem_gemm_bf16(M, K, N, x[:M].contiguous().data_ptr(), Pb.data_ptr(), ym.data_ptr(), 2)
         assert torch.equal(ym, y[:M]), M
     with pytest.raises(F.SmallemError, match='even K'): F.pack_panels_bf16(W[:-1])
-
-_BF16 = load_kernel() is not None and load_kernel().smallem_gemm_bf16(0, 16, 32, None, None, None, 1) == 0
 
 @pytest.mark.skipif(not _BF16, reason="no AVX-512 BF16 on this processor (or not compiled in)")
 def test_bf16_passes(cpu_models, fast, prompts):
