@@ -346,6 +346,9 @@ _SRC_SAMPLE = _SRC_SAMPLE1 + _SRC_SAMPLE2
 
 # %% ../nbs/12a_fused_cpu.ipynb #26ae5af8
 _SRC_PASS1 = r'''
+#if !defined(__AVX512F__)                         /* the pieces above compile anywhere (tests use them); the pass does not */
+#error "the fused kernel needs AVX-512 (its panels are 64-byte vectors)"
+#endif
 typedef struct {
   int R, B, T, D, H, hd, F, V, Vh, nl, S, P, maxpos, nthreads; float eps;
   const long *tokens; const float *emb;           /* [R] token ids; embedding [V, D] */
@@ -534,7 +537,9 @@ def _build(src:str, out:Path, cc:str):
     tmp = out.with_suffix(f'.{os.getpid()}.c'); tmp.write_text(src)
     try:
         r = subprocess.run([cc, *_FLAGS, str(tmp), '-o', str(out.with_suffix('.tmp')), '-lm'], capture_output=True, text=True)
-        if r.returncode: raise SmallemError(f"compiling the fused kernel failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+        if r.returncode:   # the compiler's first error, without its file and line (or its exit status)
+            err = next((l.split('error:', 1)[1].strip() for l in r.stderr.splitlines() if 'error:' in l), str(r.returncode))
+            raise SmallemError(f"compiling the fused kernel failed: {err}")
         os.replace(out.with_suffix('.tmp'), out)
     finally: tmp.unlink(missing_ok=True)
 
