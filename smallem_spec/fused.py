@@ -12,8 +12,8 @@ from fastcore.basics import patch
 from .core import SmallemError, smallem_home
 
 # %% auto #0
-__all__ = ['KERNEL_SRC', 'cpu_info', 'PassArgs', 'pack_panels', 'pack_panels_bf16', 'load_kernel', 'fused_fits', 'FusedPass',
-           'sample_logits', 'decide_sampled', 'product_times']
+__all__ = ['KERNEL_SRC', 'cpu_info', 'PassArgs', 'pack_panels', 'pack_panels_bf16', 'load_kernel', 'has_bf16', 'fused_fits',
+           'FusedPass', 'sample_logits', 'decide_sampled', 'product_times']
 
 # %% ../nbs/12a_fused_cpu.ipynb #dbdc75f4
 def cpu_info() -> dict:
@@ -579,6 +579,11 @@ def load_kernel(required:bool=False):
         warnings.warn(f"smallem_spec: fused CPU kernel unavailable ({e}); using the scripted path")
     return _lib or None
 
+def has_bf16(lib=None) -> bool:
+    "Whether the compiled kernel has the bf16 pair product: the processor has AVX-512 BF16 and the compiler used it."
+    lib = lib or load_kernel()
+    return lib is not None and lib.smallem_gemm_bf16(0, 16, 32, None, None, None, 1) == 0
+
 # %% ../nbs/12a_fused_cpu.ipynb #3543faf9
 def fused_fits(cfg) -> bool:
     "Whether the kernel's tiling fits these sizes (widths in multiples of 32, head size a multiple of 16 up to 128)."
@@ -597,7 +602,7 @@ class FusedPass:
         self.lib = lib or load_kernel(required=True)
         c = self.cfg = model.cfg; D = c.dim; self.half, self.bf16 = half, bf16
         if bf16 and (half or mtp_half): raise SmallemError("bf16 panels replace fp16 ones: ask for one or the other")
-        if bf16 and self.lib.smallem_gemm_bf16(0, 16, 32, None, None, None, 1) != 0:
+        if bf16 and not has_bf16(self.lib):
             raise SmallemError(f"bf16 panels need AVX-512 BF16, which this processor ({cpu_info()['model']}) or its compiled kernel lacks")
         pk = pack_panels_bf16 if bf16 else pack_panels
         g = lambda norm: norm.weight.detach().float()[None]          # a norm's gain, folded into the matrix after it
@@ -748,7 +753,7 @@ def product_times(shapes=((192, 576), (192, 1024), (512, 192), (192, 4096)), row
                     fns['oneDNN prepacked'] = lambda: torch.ops.mkldnn._linear_pointwise(x, w1, None, 'none', [], '')
                 except (RuntimeError, AttributeError): pass
                 if lib: fns['fused panels'] = lambda: lib.smallem_gemm(M, K, N, x.data_ptr(), P.data_ptr(), y.data_ptr(), torch.get_num_threads())
-                if lib and lib.smallem_gemm_bf16(0, K, N, None, None, None, 1) == 0:   # AVX-512 BF16 only
+                if lib and has_bf16(lib):   # AVX-512 BF16 only
                     fns['bf16 pair panels'] = lambda: lib.smallem_gemm_bf16(M, K, N, x.data_ptr(), Pb.data_ptr(), y.data_ptr(), torch.get_num_threads())
                 for name, f in fns.items(): d.setdefault(name, {})[M] = _median_us(f, reps)
     return out
