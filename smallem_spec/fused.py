@@ -508,7 +508,43 @@ void smallem_gemm(int R, int K, int N, const float *X, const float *W, float *Y,
   gemm(R, K, N, X, K, W, Y, N, one, 0);
 }
 '''
-_SRC_PASS = _SRC_PASS1 + _SRC_PASS2 + _SRC_PASS3 + _SRC_PASS4
+
+# %% ../nbs/12a_fused_cpu.ipynb #7a88b436
+_SRC_ROUND = r'''
+/* A greedy round of speculation with the MTP module in one call. t: the target, its page table, starts and nnew
+   (ks[b] + 1) set by the caller; m: the module, its page table and starts (its true length) set, and pages for 2K more
+   tokens appended. io: d [B, K] the guesses to verify, then the next ones; emit [B, K + 1] what each row emits (-1
+   after); n [B] the guesses kept; knext [B] how many guesses the next round of the row may verify. The target's
+   verify pass over [last, d_1 .. d_ks]; the guesses kept while they equal its argmax, then its own token; the module's
+   pass over the true positions the pass just computed (their states and the tokens after them) and its chain of the
+   next guesses (knext[b] = min(K, rem[b] - emitted - 1)). ints: ks [B], last [B], rem [B] (tokens the row may still
+   emit). secs: the target pass, and the rest. 1: a token outside the vocabulary (nothing decided). */
+int smallem_mtp_round(pass_args *t, pass_args *m, int K, const long *ints, long *io, double *secs) {
+  const int B = t->B, T = K + 1;
+  const long *ks = ints, *last = ints + B, *rem = ints + 2 * B;
+  long *d = io, *emit = d + (long)B * K, *n = emit + (long)B * T, *knext = n + B;
+  long tok[B * T], mtok[B * T], mn[B];
+  for (int b = 0; b < B; b++)
+    for (int j = 0; j < T; j++) tok[b * T + j] = j == 0 ? last[b] : j <= ks[b] ? d[b * K + j - 1] : 0;
+  t->tokens = tok; t->R = B * T; t->T = T;
+  double t0 = omp_get_wtime();
+  if (smallem_pass(t)) return 1;
+  double t1 = omp_get_wtime();
+  for (int b = 0; b < B; b++) {
+    long j = 0;
+    while (j < ks[b] && t->best[b * T + j] == d[b * K + j]) j++;
+    n[b] = j; mn[b] = j + 1;
+    for (int i = 0; i < T; i++) emit[b * T + i] = i < j ? d[b * K + i] : i == j ? t->best[b * T + j] : -1;
+    for (int i = 0; i < T; i++) mtok[b * T + i] = i <= j ? emit[b * T + i] : 0;
+    long r = rem[b] - j - 2; knext[b] = r < 0 ? 0 : r < K ? r : K;
+  }
+  m->tokens = mtok; m->h_in = t->x; m->R = B * T; m->T = T; m->nnew = mn;
+  int bad = smallem_chain(m, K, knext, d, 0.0f, NULL, NULL);
+  secs[0] = t1 - t0; secs[1] = omp_get_wtime() - t1;
+  return bad;
+}
+'''
+_SRC_PASS = _SRC_PASS1 + _SRC_PASS2 + _SRC_PASS3 + _SRC_PASS4 + _SRC_ROUND
 KERNEL_SRC = _SRC_HEAD + _SRC_GEMM + _SRC_GEMMH + _SRC_GEMMB + _SRC_ATTN + _SRC_SAMPLE + _SRC_PASS
 
 # %% ../nbs/12a_fused_cpu.ipynb #c4bec69c
@@ -568,6 +604,7 @@ def load_kernel(required:bool=False):
         lib.smallem_sample.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         lib.smallem_decide.argtypes = ([ctypes.c_int] * 3 + [ctypes.c_void_p, ctypes.c_float] + [ctypes.c_void_p] * 4
                                        + [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p])
+        lib.smallem_mtp_round.argtypes = [ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] + [ctypes.c_void_p] * 3
         lib.smallem_work_floats.restype = ctypes.c_long
         lib.smallem_work_floats.argtypes = [ctypes.c_int] * 5
         lib.smallem_gemm.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
@@ -638,7 +675,7 @@ class FusedPass:
                                  Ph=d['Ph'].data_ptr() if 'Ph' in d else None, Pe=d['Pe'].data_ptr() if 'Pe' in d else None,
                                  hscale=d['hs'].data_ptr() if d['hs'] is not None else None,
                                  G=ctypes.addressof(d['gptrs']) if d['gptrs'] is not None else None, f16=d['f16'])
-        self.work, self._need = torch.empty(0), {}
+        self.work, self._need, self._rounds = torch.empty(0), {}, {}
 
     def draft_head(self, vocab:torch.Tensor, mtp:bool=False):
         "The head restricted to a draft vocabulary (sorted token ids, a multiple of 32 of them), packed once: (ids, packed head)."
@@ -702,6 +739,89 @@ def _chain(self:FusedPass, a:PassArgs, B:int, chain:list[int], temperature:float
         if vocab is not None: d = self.mtp if mtp else self.main; a.head, a.Vh, a.vmap = d['head'].data_ptr(), V, None
     if bad: _bad_token(V)
     return toks, q
+
+# %% ../nbs/12a_fused_cpu.ipynb #d57002b9
+@patch
+def mtp_round(self:FusedPass, cache, sids, mcache, msids, last:list[int], d:list[int], ks:list[int], rem:list[int], K:int,
+              vocab:torch.Tensor|None=None):
+    "A greedy MTP round in one call (`smallem_mtp_round`); the caller has appended the target's pages (ks + 1 tokens a row) and the module's (2K). `d`: the guesses [B·K] flat. Returns (d: the next guesses, flat; emitted tokens, -1 after, [B·(K+1)]; guesses kept [B]; next guesses that count [B]; seconds of the target's pass and of the rest)."
+    c, B, T, nth = self.cfg, len(sids), K + 1, torch.get_num_threads()
+    t, m = self.main['args'], self.mtp['args']
+    key = (B, K, nth)
+    if key not in self._rounds:   # buffers reused from round to round: nothing of them outlives a call but what is copied out
+        R, D, V = B * T, c.dim, c.vocab_size
+        need = self.lib.smallem_work_floats(R, D, c.ffn_dim, c.max_seq_len - 1, nth)
+        if len(self._rounds) > 8: self._rounds.clear()
+        self._rounds[key] = (torch.empty(need), torch.empty(2 * R * (D + V)), torch.empty(2 * R, dtype=torch.long))
+    work, fl, lo = self._rounds[key]
+    Pt = max(1, max(len(cache.pages[s]) for s in sids)); Pm = max(1, max(len(mcache.pages[s]) for s in msids))
+    vals = ([x for s in sids for x in cache.pages[s] + [0] * (Pt - len(cache.pages[s]))] + [cache.lens[s] - n - 1 for s, n in zip(sids, ks)]
+            + [n + 1 for n in ks] + [x for s in msids for x in mcache.pages[s] + [0] * (Pm - len(mcache.pages[s]))]
+            + [mcache.lens[s] - 2 * K for s in msids] + list(ks) + list(last) + list(rem) + list(d) + [0] * (B * T + 2 * B))
+    ints = (ctypes.c_long * len(vals))(*vals); sz = ctypes.sizeof(ctypes.c_long); p0 = ctypes.addressof(ints)
+    at = lambda i: p0 + sz * i
+    i_tst, i_mpt = B * Pt, B * Pt + 2 * B
+    i_ms, i_ints = i_mpt + B * Pm, i_mpt + B * Pm + B
+    R, D, V = B * T, c.dim, c.vocab_size; f0, l0 = fl.data_ptr(), lo.data_ptr()
+    for a, P, kvc, pt, st, x, lg, best in ((t, Pt, cache, 0, i_tst, f0, f0 + 4 * R * D, l0),
+                                           (m, Pm, mcache, i_mpt, i_ms, f0 + 4 * R * (D + V), f0 + 4 * R * (2 * D + V), l0 + 8 * R)):
+        a.B, a.S, a.P, a.nthreads, a.kv, a.slots = B, kvc.page_size, P, nth, kvc.kv.data_ptr(), kvc.kv.shape[1]
+        a.pt, a.starts, a.x, a.logits, a.best, a.work = at(pt), at(st), x, lg, best, work.data_ptr()
+    t.nnew = at(i_tst + B)
+    if vocab is not None: ids, head = self.draft_head(vocab, True); m.head, m.Vh, m.vmap = head.data_ptr(), ids.numel(), ids.data_ptr()
+    secs = (ctypes.c_double * 2)()
+    try: bad = self.lib.smallem_mtp_round(ctypes.byref(t), ctypes.byref(m), K, at(i_ints), at(i_ints + 3 * B), secs)
+    finally:
+        if vocab is not None: m.head, m.Vh, m.vmap = self.main['head'].data_ptr(), V, None
+    if bad: _bad_token(V)
+    io = ints[i_ints + 3 * B:]
+    return io[:B * K], io[B * K:B * K + B * T], io[B * K + B * T:B * K + B * T + B], io[B * K + B * T + B:], secs[0], secs[1]
+
+# %% ../nbs/12a_fused_cpu.ipynb #ac331878
+@patch
+def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], max_new_tokens:int, k:int):
+    "`speculative_generate` for greedy rounds with the target's own MTP module, each round one call of the library (`mtp_round`): the same tokens and statistics. None where it does not apply (another proposer, sampling, a k policy, a row with fewer than three tokens to emit, `SMALLEM_ROUNDS=python`): the loop of `05_greedy` runs then."
+    from .mtp import MTPProposer
+    from .generate import prefill
+    from .spec import SpecStats, PARTS
+    if (os.environ.get('SMALLEM_ROUNDS', 'fused') != 'fused' or type(proposer) is not MTPProposer or proposer.target is not target
+            or getattr(self, 'mtp', None) is None or k < 1 or (proposer.vocab is not None and proposer.vocab.numel() % 32)): return None
+    L = target.cfg.max_seq_len; budget = [min(max_new_tokens, L - len(p) + 1) for p in prompts]
+    if min(budget) < 3: return None
+    clock = time.perf_counter; t_start = clock(); tp = dict.fromkeys(PARTS, 0.)
+    stopped = ['max_new_tokens' if b == max_new_tokens else 'context' for b in budget]
+    cap = [min(L, len(p) + b + k + 1) for p, b in zip(prompts, budget)]
+    cache = target.new_cache(capacity=cap); sids = [cache.new_seq() for _ in prompts]
+    log = []
+    try:
+        logits, hid = prefill(target, cache, sids, prompts, return_hidden=True)
+        out = [[t] for t in logits.argmax(-1).tolist()]; last = [o[0] for o in out]
+        proposer.start(prompts, list(last), hid, [c + 2 * k for c in cap])
+        mc = proposer.cache; mc.max_len = L + 2 * k   # room for a round's chained guesses, dropped after the round
+        try:
+            rows, kn = list(range(len(prompts))), [min(k, b - 2) for b in budget]
+            t0 = clock(); dt, _ = proposer.propose(rows, kn, 0.0, None)   # the first guesses: the module reads each prompt's states
+            for r in rows: mc.keep(proposer.sids[r], proposer.true_len[r])
+            proposer.true_len, d = {}, [x for row in dt.tolist() for x in row + [0] * (k - len(row))]
+            tp['propose'] += clock() - t0
+            while rows:
+                t0, B, T = clock(), len(rows), k + 1
+                ts, ms = [sids[b] for b in rows], [proposer.sids[b] for b in rows]
+                tl, ml, ks = [cache.lens[s] for s in ts], [mc.lens[s] for s in ms], kn
+                cache.append(ts, [n + 1 for n in ks]); mc.append(ms, [2 * k] * B)
+                d, em, ns, kn, sv, sp = self.mtp_round(cache, ts, mc, ms, [last[b] for b in rows], d, ks,
+                                                      [budget[b] - len(out[b]) for b in rows], k, proposer.vocab)
+                for i, b in enumerate(rows):   # each row: what it emitted; both caches back to its true text
+                    n = ns[i]; e = em[i * T:i * T + n + 1]; out[b].extend(e); last[b] = e[-1]
+                    cache.keep(ts[i], tl[i] + 1 + n); mc.keep(ms[i], ml[i] + n + 1)
+                log.append((k if max(ks) else 0, list(ks), list(ns)))
+                going = [i for i, b in enumerate(rows) if len(out[b]) < budget[b]]
+                if len(going) < B: rows, kn, d = [rows[i] for i in going], [kn[i] for i in going], [x for i in going for x in d[i * k:(i + 1) * k]]
+                tp['verify'] += sv; tp['propose'] += sp; tp['bookkeeping'] += clock() - t0 - sv - sp
+        finally: proposer.finish()
+    finally:
+        for s in sids: cache.free(s)
+    return out, SpecStats.from_log(log, k, out, tp, clock() - t_start, stopped)
 
 # %% ../nbs/12a_fused_cpu.ipynb #3b9d9e90
 def sample_logits(logits:torch.Tensor, temperature:float, generator=None) -> torch.Tensor:  # [..., V] -> [...]

@@ -243,3 +243,37 @@ def test_bad_input_refused_and_nothing_changes(fast):
     dc = d.new_cache(capacity=[64]); ds = [dc.new_seq()]   # a 2-layer cache given to the 8-layer target
     with pytest.raises(SmallemError, match='8 layers'): t(torch.ones(1, 2, dtype=torch.long), dc, ds)
     assert dc.length(ds[0]) == 0
+
+def test_fused_mtp_rounds(fast, prompts, monkeypatch):
+    "Greedy MTP rounds as one call of the library each (`FusedPass.generate_rounds`): the texts of plain greedy decoding,"
+    " and the rounds, guesses and kept guesses per position of the loop of 05_greedy, at B = 1 and B = 8, k = 1..4, over"
+    " the full vocabulary and a draft vocabulary, in fp32 and bf16 passes; budgets of 3 and 4 tokens and the context's end."
+    " The general loop runs where the fused one does not apply (SMALLEM_ROUNDS=python, a k policy, two tokens to emit)."
+    from smallem_spec.corpus import draft_vocab
+    t, calls = fast['target'], []
+    real = FusedPass.mtp_round
+    monkeypatch.setattr(FusedPass, 'mtp_round', lambda self, *a, **kw: calls.append(1) or real(self, *a, **kw))
+    def both(target, make, ps, n, k, **kw):
+        out = []
+        for mode in ('fused', 'python'):
+            monkeypatch.setenv('SMALLEM_ROUNDS', mode); calls.clear()
+            out.append(speculative_generate(target, make(), ps, n, k, **kw)); out.append(len(calls))
+        return out
+    fields = ('rounds', 'row_rounds', 'proposed', 'accepted', 'new_tokens', 'pos_proposed', 'pos_accepted', 'k_used', 'stopped')
+    long_prompt = [prompts[0] * 8][0][:250]
+    cases = [(t, None, prompts, 120, k) for k in (1, 2, 3, 4)] + [(t, None, prompts[:1], 120, 2), (t, 1024, prompts, 120, 3),
+             (t, None, prompts[:2], 3, 2), (t, None, prompts[:2], 4, 3), (t, None, [long_prompt, prompts[1]], 40, 3)]
+    if F.has_bf16(): cases.append((FastSmallem(t.model, precision='bf16'), None, prompts[:4], 100, 3))
+    for target, vs, ps, n, k in cases:
+        make = lambda: MTPProposer(target, vocab=None if vs is None else draft_vocab('cpu', vs))
+        (a, sa), na, (b, sb), nb = both(target, make, ps, n, k)
+        assert na > 0 and nb == 0, (na, nb)                      # the fused loop ran, then the general one
+        assert a == b == [generate(target, [p], n)[0] for p in ps], (k, vs, n)   # each row as plain decoding would write it alone
+        assert all(sa[f] == sb[f] for f in fields), [(f, sa[f], sb[f]) for f in fields if sa[f] != sb[f]]
+    (a, _), na, (b, _), nb = both(t, lambda: MTPProposer(t), prompts[:2], 2, 2)
+    assert na == nb == 0 and a == b
+    (a, _), na, (b, _), nb = both(t, lambda: MTPProposer(t), prompts[:2], 30, 4, k_policy=None, temperature=0.0)
+    assert na > 0 and a == b
+    monkeypatch.setenv('SMALLEM_ROUNDS', 'fused'); calls.clear()
+    speculative_generate(t, MTPProposer(t), prompts[:2], 30, 4, k_policy=AdaptiveK(4, 0.2, lambda j: 1.0 + 0.1 * j))
+    assert not calls
