@@ -779,16 +779,13 @@ def mtp_round(self:FusedPass, cache, sids, mcache, msids, last:list[int], d:list
 
 # %% ../nbs/12a_fused_cpu.ipynb #ac331878
 @patch
-def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], max_new_tokens:int, k:int):
-    "`speculative_generate` for greedy rounds with the target's own MTP module, each round one call of the library (`mtp_round`): the same tokens and statistics. None where it does not apply (another proposer, sampling, a k policy, a row with fewer than three tokens to emit, `SMALLEM_ROUNDS=python`): the loop of `05_greedy` runs then."
-    from .mtp import MTPProposer
-    from .generate import prefill
-    from .spec import SpecStats, PARTS
-    if (os.environ.get('SMALLEM_ROUNDS', 'fused') != 'fused' or type(proposer) is not MTPProposer or proposer.target is not target
+def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], max_new_tokens:int, k:int, prefill, SpecStats):
+    "`speculative_generate` for greedy rounds with the target's own MTP module, each round one call of the library (`mtp_round`): the same tokens and statistics. None where it does not apply (another proposer, sampling, a k policy, a row with fewer than three tokens to emit, `SMALLEM_ROUNDS=python`): the loop of `05_greedy` runs then. `prefill` and `SpecStats` come from the caller (`05_greedy`), whose module this one precedes."
+    if (os.environ.get('SMALLEM_ROUNDS', 'fused') != 'fused' or not getattr(proposer, 'fused_rounds', False) or proposer.target is not target
             or getattr(self, 'mtp', None) is None or k < 1 or (proposer.vocab is not None and proposer.vocab.numel() % 32)): return None
     L = target.cfg.max_seq_len; budget = [min(max_new_tokens, L - len(p) + 1) for p in prompts]
     if min(budget) < 3: return None
-    clock = time.perf_counter; t_start = clock(); tp = dict.fromkeys(PARTS, 0.)
+    clock = time.perf_counter; t_start = clock(); tp = SpecStats().t_parts
     stopped = ['max_new_tokens' if b == max_new_tokens else 'context' for b in budget]
     cap = [min(L, len(p) + b + k + 1) for p, b in zip(prompts, budget)]
     cache = target.new_cache(capacity=cap); sids = [cache.new_seq() for _ in prompts]
