@@ -511,19 +511,21 @@ void smallem_gemm(int R, int K, int N, const float *X, const float *W, float *Y,
 
 # %% ../nbs/12a_fused_cpu.ipynb #7a88b436
 _SRC_ROUND = r'''
-/* A greedy round of speculation with the MTP module in one call. t: the target, its page table, starts and nnew
-   (ks[b] + 1) set by the caller; m: the module, its page table and starts (its true length) set, and pages for 2K more
-   tokens appended. io: d [B, K] the guesses to verify, then the next ones; emit [B, K + 1] what each row emits (-1
-   after); n [B] the guesses kept; knext [B] how many guesses the next round of the row may verify. The target's
-   verify pass over [last, d_1 .. d_ks]; the guesses kept while they equal its argmax, then its own token; the module's
-   pass over the true positions the pass just computed (their states and the tokens after them) and its chain of the
-   next guesses (knext[b] = min(K, rem[b] - emitted - 1)). ints: ks [B], last [B], rem [B] (tokens the row may still
-   emit). secs: the target pass, and the rest. 1: a token outside the vocabulary (nothing decided). */
-int smallem_mtp_round(pass_args *t, pass_args *m, int K, const long *ints, long *io, double *secs) {
+/* A greedy round of speculation in one call, for the MTP module (draft = 0) or a draft model (draft = 1). t: the target,
+   its page table, starts and nnew (ks[b] + 1) set by the caller; m: the proposer, its page table set and its pages
+   appended for 2K tokens past its true text. io: d [B, K] the guesses to verify, then the next ones; emit [B, K + 1]
+   what each row emits (-1 after); n [B] the guesses kept; knext [B] how many guesses the row's next round may verify.
+   The target's verify pass over [last, d_1 .. d_ks]; the guesses kept while they equal its argmax, then its own token;
+   then the proposer's first pass and its chain of the next guesses (knext[b] = min(K, rem[b] - emitted - 1)). The MTP
+   module reads the true positions the pass just computed (their states and the tokens after them) from its true length
+   (m's starts, set by the caller); a draft model still holds the guesses it chained, so it reads only what it lacks:
+   from ptrue[b] (its true text's length) plus the guesses it holds that were kept. ints: ks [B], last [B], rem [B] (tokens
+   the row may still emit), ptrue [B]. secs: the target pass, and the rest. 1: a token outside the vocabulary. */
+int smallem_round(pass_args *t, pass_args *m, int draft, int K, const long *ints, long *io, double *secs) {
   const int B = t->B, T = K + 1;
-  const long *ks = ints, *last = ints + B, *rem = ints + 2 * B;
+  const long *ks = ints, *last = ints + B, *rem = ints + 2 * B, *ptrue = ints + 3 * B;
   long *d = io, *emit = d + (long)B * K, *n = emit + (long)B * T, *knext = n + B;
-  long tok[B * T], mtok[B * T], mn[B];
+  long tok[B * T], mtok[B * T], mn[B], ms[B];
   for (int b = 0; b < B; b++)
     for (int j = 0; j < T; j++) tok[b * T + j] = j == 0 ? last[b] : j <= ks[b] ? d[b * K + j - 1] : 0;
   t->tokens = tok; t->R = B * T; t->T = T;
@@ -533,12 +535,15 @@ int smallem_mtp_round(pass_args *t, pass_args *m, int K, const long *ints, long 
   for (int b = 0; b < B; b++) {
     long j = 0;
     while (j < ks[b] && t->best[b * T + j] == d[b * K + j]) j++;
-    n[b] = j; mn[b] = j + 1;
+    n[b] = j;
     for (int i = 0; i < T; i++) emit[b * T + i] = i < j ? d[b * K + i] : i == j ? t->best[b * T + j] : -1;
-    for (int i = 0; i < T; i++) mtok[b * T + i] = i <= j ? emit[b * T + i] : 0;
+    long held = draft ? (j < ks[b] - 1 ? j : ks[b] > 0 ? ks[b] - 1 : 0) : 0;   /* kept guesses the draft model holds */
+    mn[b] = j + 1 - held; if (draft) ms[b] = ptrue[b] + held;
+    for (int i = 0; i < T; i++) mtok[b * T + i] = i < mn[b] ? emit[b * T + held + i] : 0;
     long r = rem[b] - j - 2; knext[b] = r < 0 ? 0 : r < K ? r : K;
   }
-  m->tokens = mtok; m->h_in = t->x; m->R = B * T; m->T = T; m->nnew = mn;
+  m->tokens = mtok; m->R = B * T; m->T = T; m->nnew = mn;
+  if (draft) m->starts = ms; else m->h_in = t->x;
   int bad = smallem_chain(m, K, knext, d, 0.0f, NULL, NULL);
   secs[0] = t1 - t0; secs[1] = omp_get_wtime() - t1;
   return bad;
@@ -604,7 +609,7 @@ def load_kernel(required:bool=False):
         lib.smallem_sample.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         lib.smallem_decide.argtypes = ([ctypes.c_int] * 3 + [ctypes.c_void_p, ctypes.c_float] + [ctypes.c_void_p] * 4
                                        + [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p])
-        lib.smallem_mtp_round.argtypes = [ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] + [ctypes.c_void_p] * 3
+        lib.smallem_round.argtypes = [ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 3
         lib.smallem_work_floats.restype = ctypes.c_long
         lib.smallem_work_floats.argtypes = [ctypes.c_int] * 5
         lib.smallem_gemm.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
@@ -742,47 +747,53 @@ def _chain(self:FusedPass, a:PassArgs, B:int, chain:list[int], temperature:float
 
 # %% ../nbs/12a_fused_cpu.ipynb #d57002b9
 @patch
-def mtp_round(self:FusedPass, cache, sids, mcache, msids, last:list[int], d:list[int], ks:list[int], rem:list[int], K:int,
-              vocab:torch.Tensor|None=None):
-    "A greedy MTP round in one call (`smallem_mtp_round`); the caller has appended the target's pages (ks + 1 tokens a row) and the module's (2K). `d`: the guesses [B·K] flat. Returns (d: the next guesses, flat; emitted tokens, -1 after, [B·(K+1)]; guesses kept [B]; next guesses that count [B]; seconds of the target's pass and of the rest)."
+def spec_round(self:FusedPass, cache, sids, pcache, psids, last:list[int], d:list[int], ks:list[int], rem:list[int], K:int,
+               vocab:torch.Tensor|None=None, draft=None, ptrue:list[int]|None=None):
+    "A greedy round in one call (`smallem_round`), with the MTP module or, given `draft` (the draft model's `FusedPass`) and `ptrue` (its true text's length per row), a draft model. The caller has appended the target's pages (ks + 1 tokens a row) and the proposer's (up to 2K past its true text). `d`: the guesses [B·K] flat. Returns (the next guesses, flat; emitted tokens, -1 after, [B·(K+1)]; guesses kept [B]; next guesses that count [B]; seconds of the target's pass and of the rest)."
     c, B, T, nth = self.cfg, len(sids), K + 1, torch.get_num_threads()
-    t, m = self.main['args'], self.mtp['args']
+    t, m = self.main['args'], (self.mtp if draft is None else draft.main)['args']
     key = (B, K, nth)
     if key not in self._rounds:   # buffers reused from round to round: nothing of them outlives a call but what is copied out
         R, D, V = B * T, c.dim, c.vocab_size
-        need = self.lib.smallem_work_floats(R, D, c.ffn_dim, c.max_seq_len - 1, nth)
+        need = max(self.lib.smallem_work_floats(R, D, c.ffn_dim, c.max_seq_len - 1, nth),
+                   self.lib.smallem_work_floats(R, D, (draft or self).cfg.ffn_dim, c.max_seq_len - 1, nth))
         if len(self._rounds) > 8: self._rounds.clear()
         self._rounds[key] = (torch.empty(need), torch.empty(2 * R * (D + V)), torch.empty(2 * R, dtype=torch.long))
     work, fl, lo = self._rounds[key]
-    Pt = max(1, max(len(cache.pages[s]) for s in sids)); Pm = max(1, max(len(mcache.pages[s]) for s in msids))
+    Pt = max(1, max(len(cache.pages[s]) for s in sids)); Pm = max(1, max(len(pcache.pages[s]) for s in psids))
     vals = ([x for s in sids for x in cache.pages[s] + [0] * (Pt - len(cache.pages[s]))] + [cache.lens[s] - n - 1 for s, n in zip(sids, ks)]
-            + [n + 1 for n in ks] + [x for s in msids for x in mcache.pages[s] + [0] * (Pm - len(mcache.pages[s]))]
-            + [mcache.lens[s] - 2 * K for s in msids] + list(ks) + list(last) + list(rem) + list(d) + [0] * (B * T + 2 * B))
+            + [n + 1 for n in ks] + [x for s in psids for x in pcache.pages[s] + [0] * (Pm - len(pcache.pages[s]))]
+            + [pcache.lens[s] - 2 * K for s in psids] + list(ks) + list(last) + list(rem) + list(ptrue or [0] * B) + list(d) + [0] * (B * T + 2 * B))
     ints = (ctypes.c_long * len(vals))(*vals); sz = ctypes.sizeof(ctypes.c_long); p0 = ctypes.addressof(ints)
     at = lambda i: p0 + sz * i
     i_tst, i_mpt = B * Pt, B * Pt + 2 * B
     i_ms, i_ints = i_mpt + B * Pm, i_mpt + B * Pm + B
     R, D, V = B * T, c.dim, c.vocab_size; f0, l0 = fl.data_ptr(), lo.data_ptr()
     for a, P, kvc, pt, st, x, lg, best in ((t, Pt, cache, 0, i_tst, f0, f0 + 4 * R * D, l0),
-                                           (m, Pm, mcache, i_mpt, i_ms, f0 + 4 * R * (D + V), f0 + 4 * R * (2 * D + V), l0 + 8 * R)):
+                                           (m, Pm, pcache, i_mpt, i_ms, f0 + 4 * R * (D + V), f0 + 4 * R * (2 * D + V), l0 + 8 * R)):
         a.B, a.S, a.P, a.nthreads, a.kv, a.slots = B, kvc.page_size, P, nth, kvc.kv.data_ptr(), kvc.kv.shape[1]
         a.pt, a.starts, a.x, a.logits, a.best, a.work = at(pt), at(st), x, lg, best, work.data_ptr()
     t.nnew = at(i_tst + B)
-    if vocab is not None: ids, head = self.draft_head(vocab, True); m.head, m.Vh, m.vmap = head.data_ptr(), ids.numel(), ids.data_ptr()
+    owner = draft or self
+    if vocab is not None: ids, head = owner.draft_head(vocab, draft is None); m.head, m.Vh, m.vmap = head.data_ptr(), ids.numel(), ids.data_ptr()
     secs = (ctypes.c_double * 2)()
-    try: bad = self.lib.smallem_mtp_round(ctypes.byref(t), ctypes.byref(m), K, at(i_ints), at(i_ints + 3 * B), secs)
+    try: bad = self.lib.smallem_round(ctypes.byref(t), ctypes.byref(m), int(draft is not None), K, at(i_ints), at(i_ints + 4 * B), secs)
     finally:
-        if vocab is not None: m.head, m.Vh, m.vmap = self.main['head'].data_ptr(), V, None
+        if vocab is not None: m.head, m.Vh, m.vmap = owner.main['head'].data_ptr(), V, None
     if bad: _bad_token(V)
-    io = ints[i_ints + 3 * B:]
+    io = ints[i_ints + 4 * B:]
     return io[:B * K], io[B * K:B * K + B * T], io[B * K + B * T:B * K + B * T + B], io[B * K + B * T + B:], secs[0], secs[1]
 
 # %% ../nbs/12a_fused_cpu.ipynb #ac331878
 @patch
 def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], max_new_tokens:int, k:int, prefill, SpecStats):
-    "`speculative_generate` for greedy rounds with the target's own MTP module, each round one call of the library (`mtp_round`): the same tokens and statistics. None where it does not apply (another proposer, sampling, a k policy, a row with fewer than three tokens to emit, `SMALLEM_ROUNDS=python`): the loop of `05_greedy` runs then. `prefill` and `SpecStats` come from the caller (`05_greedy`), whose module this one precedes."
-    if (os.environ.get('SMALLEM_ROUNDS', 'fused') != 'fused' or not getattr(proposer, 'fused_rounds', False) or proposer.target is not target
-            or getattr(self, 'mtp', None) is None or k < 1 or (proposer.vocab is not None and proposer.vocab.numel() % 32)): return None
+    "`speculative_generate` for greedy rounds with the target's own MTP module or a draft model on the fused kernel, each round one call of the library (`spec_round`): the same tokens and statistics. None where it does not apply (another proposer, sampling, a k policy, a row with fewer than three tokens to emit, `SMALLEM_ROUNDS=python`): the loop of `05_greedy` runs then. `prefill` and `SpecStats` come from the caller (`05_greedy`), whose module this one precedes."
+    mtp = proposer.needs_hidden
+    draft = None if mtp else getattr(getattr(proposer, 'model', None), 'fused', None)
+    if (os.environ.get('SMALLEM_ROUNDS', 'fused') != 'fused' or not getattr(proposer, 'fused_rounds', False) or k < 1
+            or (mtp and (proposer.target is not target or getattr(self, 'mtp', None) is None))
+            or (not mtp and (draft is None or draft.lib is not self.lib or draft.cfg.dim != self.cfg.dim or draft.cfg.max_seq_len != self.cfg.max_seq_len))
+            or (proposer.vocab is not None and proposer.vocab.numel() % 32)): return None
     L = target.cfg.max_seq_len; budget = [min(max_new_tokens, L - len(p) + 1) for p in prompts]
     if min(budget) < 3: return None
     clock = time.perf_counter; t_start = clock(); tp = SpecStats().t_parts
@@ -793,24 +804,30 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
     try:
         logits, hid = prefill(target, cache, sids, prompts, return_hidden=True)
         out = [[t] for t in logits.argmax(-1).tolist()]; last = [o[0] for o in out]
-        proposer.start(prompts, list(last), hid, [c + 2 * k for c in cap])
-        mc = proposer.cache; mc.max_len = L + 2 * k   # room for a round's chained guesses, dropped after the round
+        proposer.start(prompts, list(last), hid if mtp else None, [c + 2 * k for c in cap])
+        pc = proposer.cache; pc.max_len = L + 2 * k   # room for a round's chained guesses
         try:
             rows, kn = list(range(len(prompts))), [min(k, b - 2) for b in budget]
-            t0 = clock(); dt, _ = proposer.propose(rows, kn, 0.0, None)   # the first guesses: the module reads each prompt's states
-            for r in rows: mc.keep(proposer.sids[r], proposer.true_len[r])
-            proposer.true_len, d = {}, [x for row in dt.tolist() for x in row + [0] * (k - len(row))]
+            t0 = clock(); dt, _ = proposer.propose(rows, kn, 0.0, None)   # the first guesses: the proposer reads each prompt
+            if mtp:                                   # the module's chained positions go; its true length stays
+                for r in rows: pc.keep(proposer.sids[r], proposer.true_len[r])
+                proposer.true_len = {}
+            pt = [len(p) + 1 for p in prompts]        # a draft model's true text: the prompt and the first token
+            d = [x for row in dt.tolist() for x in row + [0] * (k - len(row))]
             tp['propose'] += clock() - t0
             while rows:
                 t0, B, T = clock(), len(rows), k + 1
-                ts, ms = [sids[b] for b in rows], [proposer.sids[b] for b in rows]
-                tl, ml, ks = [cache.lens[s] for s in ts], [mc.lens[s] for s in ms], kn
-                cache.append(ts, [n + 1 for n in ks]); mc.append(ms, [2 * k] * B)
-                d, em, ns, kn, sv, sp = self.mtp_round(cache, ts, mc, ms, [last[b] for b in rows], d, ks,
-                                                      [budget[b] - len(out[b]) for b in rows], k, proposer.vocab)
-                for i, b in enumerate(rows):   # each row: what it emitted; both caches back to its true text
+                ts, ps = [sids[b] for b in rows], [proposer.sids[b] for b in rows]
+                tl, ml, ks = [cache.lens[s] for s in ts], [pc.lens[s] for s in ps], kn
+                cache.append(ts, [n + 1 for n in ks])
+                pc.append(ps, [2 * k] * B if mtp else [pt[b] + 2 * k - n for b, n in zip(rows, ml)])
+                d, em, ns, kn, sv, sp = self.spec_round(cache, ts, pc, ps, [last[b] for b in rows], d, ks, [budget[b] - len(out[b]) for b in rows],
+                                                        k, proposer.vocab, draft, None if mtp else [pt[b] for b in rows])
+                for i, b in enumerate(rows):   # each row: what it emitted; the caches back to its true text (a draft model keeps its chain)
                     n = ns[i]; e = em[i * T:i * T + n + 1]; out[b].extend(e); last[b] = e[-1]
-                    cache.keep(ts[i], tl[i] + 1 + n); mc.keep(ms[i], ml[i] + n + 1)
+                    cache.keep(ts[i], tl[i] + 1 + n)
+                    if mtp: pc.keep(ps[i], ml[i] + n + 1)
+                    else: pt[b] += n + 1; pc.keep(ps[i], pt[b] + max(kn[i] - 1, 0))
                 log.append((k if max(ks) else 0, list(ks), list(ns)))
                 going = [i for i, b in enumerate(rows) if len(out[b]) < budget[b]]
                 if len(going) < B: rows, kn, d = [rows[i] for i in going], [kn[i] for i in going], [x for i in going for x in d[i * k:(i + 1) * k]]

@@ -52,6 +52,8 @@ class DraftProposer(Proposer):
         self.model, self.vocab_size, self.catchup = getattr(model, 'as_proposer', lambda: model)(), model.cfg.vocab_size, catchup
         self.vocab, self.mask = draft_mask(vocab, self.vocab_size, model.device)
         self.manifest = getattr(model, 'manifest', None)
+    @property
+    def fused_rounds(self): return type(self) is DraftProposer   # greedy rounds as one call each of the fused CPU library, where the model has it (12a_fused_cpu)
     def __repr__(self): return f"DraftProposer({self.model.cfg.n_layers} layers{vocab_note(self.vocab)})"
 
     def start(self, prompts, first_tokens, hidden=None, capacity=None):

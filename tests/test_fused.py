@@ -244,15 +244,18 @@ def test_bad_input_refused_and_nothing_changes(fast):
     with pytest.raises(SmallemError, match='8 layers'): t(torch.ones(1, 2, dtype=torch.long), dc, ds)
     assert dc.length(ds[0]) == 0
 
-def test_fused_mtp_rounds(fast, prompts, monkeypatch):
-    "Greedy MTP rounds as one call of the library each (`FusedPass.generate_rounds`): the texts of plain greedy decoding,"
-    " and the rounds, guesses and kept guesses per position of the loop of 05_greedy, at B = 1 and B = 8, k = 1..4, over"
-    " the full vocabulary and a draft vocabulary, in fp32 and bf16 passes; budgets of 3 and 4 tokens and the context's end."
-    " The general loop runs where the fused one does not apply (SMALLEM_ROUNDS=python, a k policy, two tokens to emit)."
+def test_fused_rounds(fast, prompts, monkeypatch):
+    "Greedy rounds as one call of the library each (`FusedPass.generate_rounds`), with the MTP module and with draft"
+    " models: the texts of plain greedy decoding, and the rounds, guesses and kept guesses per position of the loop of"
+    " 05_greedy, at B = 1 and B = 8, k = 1..4, over the full vocabulary and a draft vocabulary, in fp32 and bf16 passes;"
+    " budgets of 3 and 4 tokens and the context's end. The general loop runs where the fused one does not apply"
+    " (SMALLEM_ROUNDS=python, a k policy, two tokens to emit, a subclass of the proposer). Planted faults this test fails on"
+    " (tried when it was written): the module's cache kept one position short, a row's budget counted one too far, the"
+    " module reading the states one row off, a draft model told it holds one kept guess more than it does."
     from smallem_spec.corpus import draft_vocab
     t, calls = fast['target'], []
-    real = FusedPass.mtp_round
-    monkeypatch.setattr(FusedPass, 'mtp_round', lambda self, *a, **kw: calls.append(1) or real(self, *a, **kw))
+    real = FusedPass.spec_round
+    monkeypatch.setattr(FusedPass, 'spec_round', lambda self, *a, **kw: calls.append(1) or real(self, *a, **kw))
     def both(target, make, ps, n, k, **kw):
         out = []
         for mode in ('fused', 'python'):
@@ -260,20 +263,26 @@ def test_fused_mtp_rounds(fast, prompts, monkeypatch):
             out.append(speculative_generate(target, make(), ps, n, k, **kw)); out.append(len(calls))
         return out
     fields = ('rounds', 'row_rounds', 'proposed', 'accepted', 'new_tokens', 'pos_proposed', 'pos_accepted', 'k_used', 'stopped')
-    long_prompt = [prompts[0] * 8][0][:250]
-    cases = [(t, None, prompts, 120, k) for k in (1, 2, 3, 4)] + [(t, None, prompts[:1], 120, 2), (t, 1024, prompts, 120, 3),
-             (t, None, prompts[:2], 3, 2), (t, None, prompts[:2], 4, 3), (t, None, [long_prompt, prompts[1]], 40, 3)]
-    if F.has_bf16(): cases.append((FastSmallem(t.model, precision='bf16'), None, prompts[:4], 100, 3))
-    for target, vs, ps, n, k in cases:
-        make = lambda: MTPProposer(target, vocab=None if vs is None else draft_vocab('cpu', vs))
+    long_prompt = (prompts[0] * 8)[:250]
+    v1024 = draft_vocab('cpu', 1024)
+    mtp = lambda tg, v=None: (lambda: MTPProposer(tg, vocab=v))
+    drf = lambda name, v=None: (lambda: DraftProposer(fast[name], vocab=v))
+    cases = ([(t, mtp(t), prompts, 120, k) for k in (1, 2, 3, 4)] + [(t, drf('draft2'), prompts, 120, k) for k in (1, 2, 3, 4)]
+             + [(t, mtp(t), prompts[:1], 120, 2), (t, drf('draft4'), prompts[:1], 120, 3), (t, mtp(t, v1024), prompts, 120, 3),
+                (t, drf('draft2', v1024), prompts, 120, 2), (t, mtp(t), prompts[:2], 3, 2), (t, drf('draft2'), prompts[:2], 4, 3),
+                (t, mtp(t), [long_prompt, prompts[1]], 40, 3), (t, drf('draft4'), [long_prompt, prompts[1]], 40, 2)])
+    if F.has_bf16():
+        b16 = FastSmallem(t.model, precision='bf16')
+        cases += [(b16, mtp(b16), prompts[:4], 100, 3), (b16, lambda: DraftProposer(fast['draft2']), prompts[:4], 100, 2)]
+    for target, make, ps, n, k in cases:
         (a, sa), na, (b, sb), nb = both(target, make, ps, n, k)
-        assert na > 0 and nb == 0, (na, nb)                      # the fused loop ran, then the general one
-        assert a == b == [generate(target, [p], n)[0] for p in ps], (k, vs, n)   # each row as plain decoding would write it alone
-        assert all(sa[f] == sb[f] for f in fields), [(f, sa[f], sb[f]) for f in fields if sa[f] != sb[f]]
-    (a, _), na, (b, _), nb = both(t, lambda: MTPProposer(t), prompts[:2], 2, 2)
+        assert na > 0 and nb == 0, (make(), na, nb)              # the fused loop ran, then the general one
+        assert a == b == [generate(target, [p], n)[0] for p in ps], (make(), k, n)   # each row as plain decoding writes it alone
+        assert all(sa[f] == sb[f] for f in fields), (make(), k, [(f, sa[f], sb[f]) for f in fields if sa[f] != sb[f]])
+    (a, _), na, (b, _), nb = both(t, mtp(t), prompts[:2], 2, 2)
     assert na == nb == 0 and a == b
-    (a, _), na, (b, _), nb = both(t, lambda: MTPProposer(t), prompts[:2], 30, 4, k_policy=None, temperature=0.0)
-    assert na > 0 and a == b
     monkeypatch.setenv('SMALLEM_ROUNDS', 'fused'); calls.clear()
     speculative_generate(t, MTPProposer(t), prompts[:2], 30, 4, k_policy=AdaptiveK(4, 0.2, lambda j: 1.0 + 0.1 * j))
+    class Watched(DraftProposer): pass
+    speculative_generate(t, Watched(fast['draft2']), prompts[:2], 30, 2)
     assert not calls
