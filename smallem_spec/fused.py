@@ -786,11 +786,13 @@ def spec_round(self:FusedPass, cache, sids, pcache, psids, last:list[int], d:lis
 
 # %% ../nbs/12a_fused_cpu.ipynb #ac331878
 @patch
-def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], max_new_tokens:int, k:int, prefill, SpecStats):
-    "`speculative_generate` for greedy rounds with the target's own MTP module or a draft model on the fused kernel, each round one call of the library (`spec_round`): the same tokens and statistics. None where it does not apply (another proposer, sampling, a k policy, a row with fewer than three tokens to emit, `SMALLEM_ROUNDS=python`): the loop of `05_greedy` runs then. `prefill` and `SpecStats` come from the caller (`05_greedy`), whose module this one precedes."
+def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], max_new_tokens:int, k:int, prefill, SpecStats,
+                    k_policy=None, plain_stretch=None):
+    "`speculative_generate` for greedy rounds with the target's own MTP module or a draft model on the fused kernel, each round one call of the library (`spec_round`): the same tokens, and without a k policy the same statistics. With a policy, a round's call chains as many guesses as the round had, for the next one: a next round that asks for more verifies what there is, one that asks for plain steps drops them. None where it does not apply (another proposer, sampling, a row with fewer than three tokens to emit, `SMALLEM_ROUNDS=python`): the loop of `05_greedy` runs then. `prefill`, `SpecStats` and `plain_stretch` come from the caller (`05_greedy`), whose module this one precedes."
     mtp = proposer.needs_hidden
     draft = None if mtp else getattr(getattr(proposer, 'model', None), 'fused', None)
     if (os.environ.get('SMALLEM_ROUNDS', 'fused') != 'fused' or not getattr(proposer, 'fused_rounds', False) or k < 1
+            or (k_policy is not None and plain_stretch is None)
             or (mtp and (proposer.target is not target or getattr(self, 'mtp', None) is None))
             or (not mtp and (draft is None or draft.lib is not self.lib or draft.cfg.dim != self.cfg.dim or draft.cfg.max_seq_len != self.cfg.max_seq_len))
             or (proposer.vocab is not None and proposer.vocab.numel() % 32)): return None
@@ -806,32 +808,53 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
         out = [[t] for t in logits.argmax(-1).tolist()]; last = [o[0] for o in out]
         proposer.start(prompts, list(last), hid if mtp else None, [c + 2 * k for c in cap])
         pc = proposer.cache; pc.max_len = L + 2 * k   # room for a round's chained guesses
+        if k_policy is not None: getattr(k_policy, 'start', lambda: None)()
         try:
-            rows, kn = list(range(len(prompts))), [min(k, b - 2) for b in budget]
-            t0 = clock(); dt, _ = proposer.propose(rows, kn, 0.0, None)   # the first guesses: the proposer reads each prompt
-            if mtp:                                   # the module's chained positions go; its true length stays
-                for r in rows: pc.keep(proposer.sids[r], proposer.true_len[r])
-                proposer.true_len = {}
-            pt = [len(p) + 1 for p in prompts]        # a draft model's true text: the prompt and the first token
-            d = [x for row in dt.tolist() for x in row + [0] * (k - len(row))]
-            tp['propose'] += clock() - t0
+            rows, kn, d, K, pt = list(range(len(prompts))), None, None, 0, [0] * len(prompts)   # kn None: no guesses made (the proposer in step with the text)
             while rows:
-                t0, B, T = clock(), len(rows), k + 1
-                ts, ps = [sids[b] for b in rows], [proposer.sids[b] for b in rows]
-                tl, ml, ks = [cache.lens[s] for s in ts], [pc.lens[s] for s in ps], kn
-                cache.append(ts, [n + 1 for n in ks])
-                pc.append(ps, [2 * k] * B if mtp else [pt[b] + 2 * k - n for b, n in zip(rows, ml)])
-                d, em, ns, kn, sv, sp = self.spec_round(cache, ts, pc, ps, [last[b] for b in rows], d, ks, [budget[b] - len(out[b]) for b in rows],
-                                                        k, proposer.vocab, draft, None if mtp else [pt[b] for b in rows])
-                for i, b in enumerate(rows):   # each row: what it emitted; the caches back to its true text (a draft model keeps its chain)
-                    n = ns[i]; e = em[i * T:i * T + n + 1]; out[b].extend(e); last[b] = e[-1]
-                    cache.keep(ts[i], tl[i] + 1 + n)
-                    if mtp: pc.keep(ps[i], ml[i] + n + 1)
-                    else: pt[b] += n + 1; pc.keep(ps[i], pt[b] + max(kn[i] - 1, 0))
-                log.append((k if max(ks) else 0, list(ks), list(ns)))
+                t0 = clock()
+                kr = k if k_policy is None else k_policy.choose()
+                ks = [min(kr, budget[b] - len(out[b]) - 1) for b in rows]
+                tp['bookkeeping'] += clock() - t0
+                if max(ks) == 0:                      # plain steps: the policy's choice, or one token left in every row
+                    if kn is not None and not mtp:    # a draft model back in step with the text, its chained guesses dropped
+                        for b in rows: proposer.ctx[b] = list(prompts[b]) + out[b]; pc.keep(proposer.sids[b], pt[b])
+                    kn = None
+                    m, first = plain_stretch(target, proposer, cache, sids, rows, last, out, budget, k_policy, 0.0, None, tp)
+                    if k_policy is not None: k_policy.update(0, [0] * len(rows), [0] * len(rows), steps=m, **({'first': first} if first else {}))
+                    log += [(0, [0] * len(rows), [0] * len(rows))] * m
+                else:
+                    t0 = clock()
+                    if kn is None:                    # the first guesses: the proposer reads what it has not read (the prompt, or plain steps' tokens)
+                        dt, _ = proposer.propose(rows, ks, 0.0, None)
+                        if mtp:                       # the module's chained positions go; its true length stays
+                            for r in rows: pc.keep(proposer.sids[r], proposer.true_len[r])
+                            proposer.true_len = {}
+                        else:
+                            for b in rows: pt[b] = len(proposer.ctx[b]) - proposer.off[b]
+                        d, kn, K = [x for row in dt.tolist() for x in row + [0] * (kr - len(row))], list(ks), kr
+                        tp['propose'] += clock() - t0
+                    if K != kr: d = [x for i in range(len(rows)) for x in (d[i * K:(i + 1) * K] + [0] * kr)[:kr]]   # the guesses laid out for this round's k
+                    ks, K, T, B = [min(a, b) for a, b in zip(ks, kn)], kr, kr + 1, len(rows)
+                    t0 = clock()
+                    ts, ps = [sids[b] for b in rows], [proposer.sids[b] for b in rows]
+                    tl, ml = [cache.lens[s] for s in ts], [pc.lens[s] for s in ps]
+                    cache.append(ts, [n + 1 for n in ks])
+                    pc.append(ps, [2 * K] * B if mtp else [max(0, pt[b] + 2 * K - n) for b, n in zip(rows, ml)])
+                    d, em, ns, kn, sv, sp = self.spec_round(cache, ts, pc, ps, [last[b] for b in rows], d, ks, [budget[b] - len(out[b]) for b in rows],
+                                                            K, proposer.vocab, draft, None if mtp else [pt[b] for b in rows])
+                    for i, b in enumerate(rows):   # each row: what it emitted; the caches back to its true text (a draft model keeps its chain)
+                        n = ns[i]; e = em[i * T:i * T + n + 1]; out[b].extend(e); last[b] = e[-1]
+                        cache.keep(ts[i], tl[i] + 1 + n)
+                        if mtp: pc.keep(ps[i], ml[i] + n + 1)
+                        else: pt[b] += n + 1; pc.keep(ps[i], pt[b] + max(kn[i] - 1, 0))
+                    if k_policy is not None: k_policy.update(kr, list(ns), list(ks))
+                    log.append((kr, list(ks), list(ns)))
+                    tp['verify'] += sv; tp['propose'] += sp; tp['bookkeeping'] += clock() - t0 - sv - sp
                 going = [i for i, b in enumerate(rows) if len(out[b]) < budget[b]]
-                if len(going) < B: rows, kn, d = [rows[i] for i in going], [kn[i] for i in going], [x for i in going for x in d[i * k:(i + 1) * k]]
-                tp['verify'] += sv; tp['propose'] += sp; tp['bookkeeping'] += clock() - t0 - sv - sp
+                if len(going) < len(rows):
+                    if kn is not None: kn, d = [kn[i] for i in going], [x for i in going for x in d[i * K:(i + 1) * K]]
+                    rows = [rows[i] for i in going]
         finally: proposer.finish()
     finally:
         for s in sids: cache.free(s)

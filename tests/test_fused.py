@@ -14,7 +14,7 @@ from smallem_spec.generate import generate
 from smallem_spec.spec import speculative_generate, ConstantProposer, DraftProposer
 from smallem_spec.mtp import MTPProposer
 from smallem_spec.proposers import ngram_for
-from smallem_spec.cost import AdaptiveK
+from smallem_spec.cost import AdaptiveK, HeuristicK
 
 pytestmark = pytest.mark.skipif(load_kernel() is None, reason="no C compiler: the fused kernel cannot be built here")
 
@@ -250,7 +250,8 @@ def test_fused_rounds(fast, prompts, monkeypatch):
     " models: the texts of plain greedy decoding, and the rounds, guesses and kept guesses per position of the loop of"
     " 05_greedy, at B = 1 and B = 8, k = 1..4, over the full vocabulary and a draft vocabulary, in fp32 and bf16 passes;"
     " budgets of 3 and 4 tokens and the context's end. The general loop runs where the fused one does not apply"
-    " (SMALLEM_ROUNDS=python, a k policy, two tokens to emit, a subclass of the proposer). Planted faults this test fails on"
+    " (SMALLEM_ROUNDS=python, two tokens to emit, a subclass of the proposer); with a k policy (adaptive, heuristic) the"
+    " fused loop gives the texts of plain decoding. Planted faults this test fails on"
     " (tried when it was written): the module's cache kept one position short, a row's budget counted one too far, the"
     " module reading the states one row off, a draft model told it holds one kept guess more than it does."
     from smallem_spec.corpus import draft_vocab
@@ -282,8 +283,12 @@ def test_fused_rounds(fast, prompts, monkeypatch):
         assert all(sa[f] == sb[f] for f in fields), (make(), k, [(f, sa[f], sb[f]) for f in fields if sa[f] != sb[f]])
     (a, _), na, (b, _), nb = both(t, mtp(t), prompts[:2], 2, 2)
     assert na == nb == 0 and a == b
+    for make in (mtp(t), drf('draft2')):   # a k policy: k changes from round to round, plain stretches between (texts only: the policy reads the clock)
+        for pol in (AdaptiveK(4, 0.2, lambda j: 1.0 + 0.1 * j, probe_every=4), HeuristicK(4)):
+            monkeypatch.setenv('SMALLEM_ROUNDS', 'fused'); calls.clear()
+            a, st = speculative_generate(t, make(), prompts[:4], 120, 4, k_policy=pol)
+            assert calls and a == [generate(t, [p], 120)[0] for p in prompts[:4]], (make(), pol)
     monkeypatch.setenv('SMALLEM_ROUNDS', 'fused'); calls.clear()
-    speculative_generate(t, MTPProposer(t), prompts[:2], 30, 4, k_policy=AdaptiveK(4, 0.2, lambda j: 1.0 + 0.1 * j))
     class Watched(DraftProposer): pass
     speculative_generate(t, Watched(fast['draft2']), prompts[:2], 30, 2)
     assert not calls
