@@ -511,32 +511,37 @@ void smallem_gemm(int R, int K, int N, const float *X, const float *W, float *Y,
 
 # %% ../nbs/12a_fused_cpu.ipynb #7a88b436
 _SRC_ROUND = r'''
-/* A greedy round of speculation in one call, for the MTP module (draft = 0) or a draft model (draft = 1). t: the target,
+/* A round of speculation in one call, for the MTP module (draft = 0) or a draft model (draft = 1). t: the target,
    its page table, starts and nnew (ks[b] + 1) set by the caller; m: the proposer, its page table set and its pages
    appended for 2K tokens past its true text. io: d [B, K] the guesses to verify, then the next ones; emit [B, K + 1]
    what each row emits (-1 after); n [B] the guesses kept; knext [B] how many guesses the row's next round may verify.
-   The target's verify pass over [last, d_1 .. d_ks]; the guesses kept while they equal its argmax, then its own token;
-   then the proposer's first pass and its chain of the next guesses (knext[b] = min(K, rem[b] - emitted - 1)). The MTP
+   The target's verify pass over [last, d_1 .. d_ks]; greedy (temp 0): the guesses kept while they equal its argmax, then
+   its own token; sampling: the rule of smallem_decide (mode as there) with the uniforms u [B, K + 1] and q [B, K, V], the
+   law each guess was drawn from. Then the proposer's first pass and its chain of the next guesses (knext[b] = min(K,
+   rem[b] - emitted - 1)), drawn with the uniforms that follow, u + B (K + 1), their laws written over q. The MTP
    module reads the true positions the pass just computed (their states and the tokens after them) from its true length
    (m's starts, set by the caller); a draft model still holds the guesses it chained, so it reads only what it lacks:
    from ptrue[b] (its true text's length) plus the guesses it holds that were kept. ints: ks [B], last [B], rem [B] (tokens
    the row may still emit), ptrue [B]. secs: the target pass, and the rest. 1: a token outside the vocabulary. */
-int smallem_round(pass_args *t, pass_args *m, int draft, int K, const long *ints, long *io, double *secs) {
+int smallem_round(pass_args *t, pass_args *m, int draft, int K, const long *ints, long *io, double *secs,
+                  float temp, const double *u, float *q, int mode) {
   const int B = t->B, T = K + 1;
   const long *ks = ints, *last = ints + B, *rem = ints + 2 * B, *ptrue = ints + 3 * B;
   long *d = io, *emit = d + (long)B * K, *n = emit + (long)B * T, *knext = n + B;
-  long tok[B * T], mtok[B * T], mn[B], ms[B];
+  long tok[B * T], mtok[B * T], mn[B], ms[B], dec[temp > 0 ? B * (T + 1) : 1]; float work[temp > 0 ? t->V : 1];
   for (int b = 0; b < B; b++)
     for (int j = 0; j < T; j++) tok[b * T + j] = j == 0 ? last[b] : j <= ks[b] ? d[b * K + j - 1] : 0;
   t->tokens = tok; t->R = B * T; t->T = T;
   double t0 = omp_get_wtime();
   if (smallem_pass(t)) return 1;
   double t1 = omp_get_wtime();
+  if (temp > 0) smallem_decide(B, K, t->V, t->logits, temp, q, d, ks, u, mode, work, dec);
   for (int b = 0; b < B; b++) {
     long j = 0;
-    while (j < ks[b] && t->best[b * T + j] == d[b * K + j]) j++;
+    if (temp > 0) j = dec[b * (T + 1) + T];
+    else while (j < ks[b] && t->best[b * T + j] == d[b * K + j]) j++;
     n[b] = j;
-    for (int i = 0; i < T; i++) emit[b * T + i] = i < j ? d[b * K + i] : i == j ? t->best[b * T + j] : -1;
+    for (int i = 0; i < T; i++) emit[b * T + i] = i < j ? d[b * K + i] : i > j ? -1 : temp > 0 ? dec[b * (T + 1) + j] : t->best[b * T + j];
     long held = draft ? (j < ks[b] - 1 ? j : ks[b] > 0 ? ks[b] - 1 : 0) : 0;   /* kept guesses the draft model holds */
     mn[b] = j + 1 - held; if (draft) ms[b] = ptrue[b] + held;
     for (int i = 0; i < T; i++) mtok[b * T + i] = i < mn[b] ? emit[b * T + held + i] : 0;
@@ -544,7 +549,7 @@ int smallem_round(pass_args *t, pass_args *m, int draft, int K, const long *ints
   }
   m->tokens = mtok; m->R = B * T; m->T = T; m->nnew = mn;
   if (draft) m->starts = ms; else m->h_in = t->x;
-  int bad = smallem_chain(m, K, knext, d, 0.0f, NULL, NULL);
+  int bad = smallem_chain(m, K, knext, d, temp, temp > 0 ? u + (long)B * T : NULL, q);
   secs[0] = t1 - t0; secs[1] = omp_get_wtime() - t1;
   return bad;
 }
@@ -609,7 +614,7 @@ def load_kernel(required:bool=False):
         lib.smallem_sample.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         lib.smallem_decide.argtypes = ([ctypes.c_int] * 3 + [ctypes.c_void_p, ctypes.c_float] + [ctypes.c_void_p] * 4
                                        + [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p])
-        lib.smallem_round.argtypes = [ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 3
+        lib.smallem_round.argtypes = [ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
         lib.smallem_work_floats.restype = ctypes.c_long
         lib.smallem_work_floats.argtypes = [ctypes.c_int] * 5
         lib.smallem_gemm.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
@@ -748,8 +753,9 @@ def _chain(self:FusedPass, a:PassArgs, B:int, chain:list[int], temperature:float
 # %% ../nbs/12a_fused_cpu.ipynb #d57002b9
 @patch
 def spec_round(self:FusedPass, cache, sids, pcache, psids, last:list[int], d:list[int], ks:list[int], rem:list[int], K:int,
-               vocab:torch.Tensor|None=None, draft=None, ptrue:list[int]|None=None):
-    "A greedy round in one call (`smallem_round`), with the MTP module or, given `draft` (the draft model's `FusedPass`) and `ptrue` (its true text's length per row), a draft model. The caller has appended the target's pages (ks + 1 tokens a row) and the proposer's (up to 2K past its true text). `d`: the guesses [B·K] flat. Returns (the next guesses, flat; emitted tokens, -1 after, [B·(K+1)]; guesses kept [B]; next guesses that count [B]; seconds of the target's pass and of the rest)."
+               vocab:torch.Tensor|None=None, draft=None, ptrue:list[int]|None=None, temperature:float=0.0,
+               u:torch.Tensor|None=None, q:torch.Tensor|None=None, mode:int=0):
+    "A round in one call (`smallem_round`), with the MTP module or, given `draft` (the draft model's `FusedPass`) and `ptrue` (its true text's length per row), a draft model; sampling (`temperature` > 0) with the uniforms `u` [B·(2K+1)] float64 and `q` [B, K, V], the laws of the guesses `d`, overwritten with those of the next ones (`mode`: the planted controls of `smallem_decide`). The caller has appended the target's pages (ks + 1 tokens a row) and the proposer's (up to 2K past its true text). `d`: the guesses [B·K] flat. Returns (the next guesses, flat; emitted tokens, -1 after, [B·(K+1)]; guesses kept [B]; next guesses that count [B]; seconds of the target's pass and of the rest)."
     c, B, T, nth = self.cfg, len(sids), K + 1, torch.get_num_threads()
     t, m = self.main['args'], (self.mtp if draft is None else draft.main)['args']
     key = (B, K, nth)
@@ -777,7 +783,12 @@ def spec_round(self:FusedPass, cache, sids, pcache, psids, last:list[int], d:lis
     owner = draft or self
     if vocab is not None: ids, head = owner.draft_head(vocab, draft is None); m.head, m.Vh, m.vmap = head.data_ptr(), ids.numel(), ids.data_ptr()
     secs = (ctypes.c_double * 2)()
-    try: bad = self.lib.smallem_round(ctypes.byref(t), ctypes.byref(m), int(draft is not None), K, at(i_ints), at(i_ints + 4 * B), secs)
+    sampled = temperature > 0
+    if sampled and not (u is not None and u.dtype == torch.float64 and u.numel() >= B * (2 * K + 1) and q is not None and q.is_contiguous()
+                        and q.dtype == torch.float32 and tuple(q.shape) == (B, K, V)):
+        raise SmallemError(f"sampled rounds need {B * (2 * K + 1)} float64 uniforms and q [{B}, {K}, {V}] fp32")
+    try: bad = self.lib.smallem_round(ctypes.byref(t), ctypes.byref(m), int(draft is not None), K, at(i_ints), at(i_ints + 4 * B), secs,
+                                      float(temperature), u.data_ptr() if sampled else None, q.data_ptr() if sampled else None, mode)
     finally:
         if vocab is not None: m.head, m.Vh, m.vmap = owner.main['head'].data_ptr(), V, None
     if bad: _bad_token(V)
@@ -787,15 +798,16 @@ def spec_round(self:FusedPass, cache, sids, pcache, psids, last:list[int], d:lis
 # %% ../nbs/12a_fused_cpu.ipynb #ac331878
 @patch
 def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], max_new_tokens:int, k:int, prefill, SpecStats,
-                    k_policy=None, plain_stretch=None):
-    "`speculative_generate` for greedy rounds with the target's own MTP module or a draft model on the fused kernel, each round one call of the library (`spec_round`): the same tokens, and without a k policy the same statistics. With a policy, a round's call chains as many guesses as the round had, for the next one: a next round that asks for more verifies what there is, one that asks for plain steps drops them. None where it does not apply (another proposer, sampling, a row with fewer than three tokens to emit, `SMALLEM_ROUNDS=python`): the loop of `05_greedy` runs then. `prefill`, `SpecStats` and `plain_stretch` come from the caller (`05_greedy`), whose module this one precedes."
+                    k_policy=None, plain_stretch=None, temperature:float=0.0, generator=None, residual=True):
+    "`speculative_generate` for greedy or sampled rounds (a plain temperature, no filters) with the target's own MTP module or a draft model on the fused kernel, each round one call of the library (`spec_round`): greedy, the same tokens, and without a k policy the same statistics; sampling, the same rule (`smallem_decide`, `residual` as there) and the same draws from `generator` in the same order as the loop of `05_greedy` while every round has k guesses a row. With a policy, a round's call chains as many guesses as the round had, for the next one: a next round that asks for more verifies what there is, one that asks for plain steps drops them. None where it does not apply (another proposer, filters, a row with fewer than three tokens to emit, `SMALLEM_ROUNDS=python`): the loop of `05_greedy` runs then. `prefill`, `SpecStats` and `plain_stretch` come from the caller (`05_greedy`), whose module this one precedes."
     mtp = proposer.needs_hidden
     draft = None if mtp else getattr(getattr(proposer, 'model', None), 'fused', None)
     if (os.environ.get('SMALLEM_ROUNDS', 'fused') != 'fused' or not getattr(proposer, 'fused_rounds', False) or k < 1
             or (k_policy is not None and plain_stretch is None)
             or (mtp and (proposer.target is not target or getattr(self, 'mtp', None) is None))
             or (not mtp and (draft is None or draft.lib is not self.lib or draft.cfg.dim != self.cfg.dim or draft.cfg.max_seq_len != self.cfg.max_seq_len))
-            or (proposer.vocab is not None and proposer.vocab.numel() % 32)): return None
+            or (proposer.vocab is not None and proposer.vocab.numel() % 32) or residual not in _MODES or (temperature > 0 and self.cfg.vocab_size % 16)):
+        return None
     L = target.cfg.max_seq_len; budget = [min(max_new_tokens, L - len(p) + 1) for p in prompts]
     if min(budget) < 3: return None
     clock = time.perf_counter; t_start = clock(); tp = SpecStats().t_parts
@@ -805,12 +817,13 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
     log = []
     try:
         logits, hid = prefill(target, cache, sids, prompts, return_hidden=True)
-        out = [[t] for t in logits.argmax(-1).tolist()]; last = [o[0] for o in out]
+        out = [[t] for t in (sample_logits(logits, temperature, generator) if temperature > 0 else logits.argmax(-1)).tolist()]; last = [o[0] for o in out]
         proposer.start(prompts, list(last), hid if mtp else None, [c + 2 * k for c in cap])
         pc = proposer.cache; pc.max_len = L + 2 * k   # room for a round's chained guesses
         if k_policy is not None: getattr(k_policy, 'start', lambda: None)()
         try:
             rows, kn, d, K, pt = list(range(len(prompts))), None, None, 0, [0] * len(prompts)   # kn None: no guesses made (the proposer in step with the text)
+            q, V, mode, ubuf = None, self.cfg.vocab_size, _MODES[residual], {}
             while rows:
                 t0 = clock()
                 kr = k if k_policy is None else k_policy.choose()
@@ -820,29 +833,38 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
                     if kn is not None and not mtp:    # a draft model back in step with the text, its chained guesses dropped
                         for b in rows: proposer.ctx[b] = list(prompts[b]) + out[b]; pc.keep(proposer.sids[b], pt[b])
                     kn = None
-                    m, first = plain_stretch(target, proposer, cache, sids, rows, last, out, budget, k_policy, 0.0, None, tp)
+                    m, first = plain_stretch(target, proposer, cache, sids, rows, last, out, budget, k_policy, temperature, generator, tp)
                     if k_policy is not None: k_policy.update(0, [0] * len(rows), [0] * len(rows), steps=m, **({'first': first} if first else {}))
                     log += [(0, [0] * len(rows), [0] * len(rows))] * m
                 else:
                     t0 = clock()
                     if kn is None:                    # the first guesses: the proposer reads what it has not read (the prompt, or plain steps' tokens)
-                        dt, _ = proposer.propose(rows, ks, 0.0, None)
+                        dt, qt = proposer.propose(rows, ks, temperature, generator)
                         if mtp:                       # the module's chained positions go; its true length stays
                             for r in rows: pc.keep(proposer.sids[r], proposer.true_len[r])
                             proposer.true_len = {}
                         else:
                             for b in rows: pt[b] = len(proposer.ctx[b]) - proposer.off[b]
                         d, kn, K = [x for row in dt.tolist() for x in row + [0] * (kr - len(row))], list(ks), kr
+                        if temperature > 0: q = torch.zeros(len(rows), kr, V); q[:, :qt.shape[1]] = qt
                         tp['propose'] += clock() - t0
-                    if K != kr: d = [x for i in range(len(rows)) for x in (d[i * K:(i + 1) * K] + [0] * kr)[:kr]]   # the guesses laid out for this round's k
+                    if K != kr:                       # the guesses (and their laws) laid out for this round's k
+                        d = [x for i in range(len(rows)) for x in (d[i * K:(i + 1) * K] + [0] * kr)[:kr]]
+                        if q is not None: q2 = torch.zeros(len(rows), kr, V); j = min(K, kr); q2[:, :j] = q[:, :j]; q = q2
                     ks, K, T, B = [min(a, b) for a, b in zip(ks, kn)], kr, kr + 1, len(rows)
                     t0 = clock()
                     ts, ps = [sids[b] for b in rows], [proposer.sids[b] for b in rows]
                     tl, ml = [cache.lens[s] for s in ts], [pc.lens[s] for s in ps]
+                    u = None
+                    if temperature > 0:               # the decision's uniforms, then the next guesses': the loop of 05's order
+                        u = ubuf.get((B, K))
+                        if u is None: u = ubuf[B, K] = torch.empty(B * (2 * K + 1), dtype=torch.float64)
+                        torch.rand(B, T, generator=generator, dtype=torch.float64, out=u[:B * T].view(B, T))
+                        torch.rand(B, K, generator=generator, dtype=torch.float64, out=u[B * T:].view(B, K))
                     cache.append(ts, [n + 1 for n in ks])
                     pc.append(ps, [2 * K] * B if mtp else [max(0, pt[b] + 2 * K - n) for b, n in zip(rows, ml)])
                     d, em, ns, kn, sv, sp = self.spec_round(cache, ts, pc, ps, [last[b] for b in rows], d, ks, [budget[b] - len(out[b]) for b in rows],
-                                                            K, proposer.vocab, draft, None if mtp else [pt[b] for b in rows])
+                                                            K, proposer.vocab, draft, None if mtp else [pt[b] for b in rows], temperature, u, q, mode)
                     for i, b in enumerate(rows):   # each row: what it emitted; the caches back to its true text (a draft model keeps its chain)
                         n = ns[i]; e = em[i * T:i * T + n + 1]; out[b].extend(e); last[b] = e[-1]
                         cache.keep(ts[i], tl[i] + 1 + n)
@@ -854,6 +876,7 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
                 going = [i for i, b in enumerate(rows) if len(out[b]) < budget[b]]
                 if len(going) < len(rows):
                     if kn is not None: kn, d = [kn[i] for i in going], [x for i in going for x in d[i * K:(i + 1) * K]]
+                    if q is not None: q = q[going].contiguous()
                     rows = [rows[i] for i in going]
         finally: proposer.finish()
     finally:

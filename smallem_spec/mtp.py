@@ -27,7 +27,7 @@ class MTPProposer(Proposer):
         self.vocab, self.mask = draft_mask(vocab, self.vocab_size, target.device)
         self.manifest = getattr(target, 'manifest', None)
     @property
-    def fused_rounds(self): return type(self) is MTPProposer   # greedy rounds as one call each of the fused CPU library (12a_fused_cpu); not for a subclass, which may watch propose and accept
+    def fused_rounds(self): return type(self) is MTPProposer   # rounds as one call each of the fused CPU library (12a_fused_cpu); not for a subclass, which may watch propose and accept
     def __repr__(self): return f"MTPProposer({vocab_note(self.vocab)[2:]})"
 
     def start(self, prompts, first_tokens, hidden=None, capacity=None):

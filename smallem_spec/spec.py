@@ -53,7 +53,7 @@ class DraftProposer(Proposer):
         self.vocab, self.mask = draft_mask(vocab, self.vocab_size, model.device)
         self.manifest = getattr(model, 'manifest', None)
     @property
-    def fused_rounds(self): return type(self) is DraftProposer   # greedy rounds as one call each of the fused CPU library, where the model has it (12a_fused_cpu)
+    def fused_rounds(self): return type(self) is DraftProposer   # rounds as one call each of the fused CPU library, where the model has it (12a_fused_cpu)
     def __repr__(self): return f"DraftProposer({self.model.cfg.n_layers} layers{vocab_note(self.vocab)})"
 
     def start(self, prompts, first_tokens, hidden=None, capacity=None):
@@ -226,8 +226,8 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
     temperature = sampling(temperature, top_k, top_p, min_p)
     prompts = _check_generation(target, proposer, prompts, max_new_tokens, k, temperature)
     rounds = getattr(getattr(target, 'fused', None), 'generate_rounds', None)   # a library that runs whole rounds (12a_fused_cpu)
-    if rounds is not None and isinstance(temperature, (int, float)) and temperature == 0 and on_round is None and _residual is True:
-        if (res := rounds(target, proposer, prompts, max_new_tokens, k, prefill, SpecStats, k_policy, _plain_stretch)) is not None: return res
+    if rounds is not None and type(temperature) in (int, float) and on_round is None:   # a plain temperature: no filters
+        if (res := rounds(target, proposer, prompts, max_new_tokens, k, prefill, SpecStats, k_policy, _plain_stretch, temperature, generator, _residual)) is not None: return res
     L = target.cfg.max_seq_len; budget = [min(max_new_tokens, L - len(p) + 1) for p in prompts]
     log, tp, stopped = [], dict.fromkeys(PARTS, 0.), ['max_new_tokens' if b == max_new_tokens else 'context' for b in budget]
     out, clock = [[] for _ in prompts], time.perf_counter; t_start = clock()

@@ -1,8 +1,10 @@
 """The fused CPU kernel: same function as the reference, one token's logits independent of the rows it shares a pass
 with (with fp32 panels and with a proposer's fp16 panels), the bf16 pair product and its rows, bf16 passes (close to the model, rows independent, greedy identity), proposer chains equal to step-by-step passes, the sampling rule exact (with its planted bias rejected), the
-policy that stops speculating where it does not pay, greedy rounds run as one call of the library each (the texts and
-statistics of the loop of 05_greedy), and the fallback when the kernel cannot be used.
-Statistics: 7 chi-squared tests at 0.1% (6 per-position, 1 of the sampler), so a false-failure rate of at most 0.7% for the file."""
+policy that stops speculating where it does not pay, greedy and sampled rounds run as one call of the library each (the texts and
+statistics of the loop of 05_greedy; at T = 1 the same texts from the same draws, the accept-everything control rejected), and the fallback when the kernel cannot be used.
+Statistics: 7 chi-squared tests at 0.1% (6 per-position, 1 of the sampler), so a false-failure rate of at most 0.7% for the file;
+the sampled rounds' agreement with the loop of 05 fails only if 5 of its 16 texts meet a last-bit edge (each about 1 in 60,
+so about 1 in 100,000), and their control is rejected at 2.1x its threshold."""
 import ctypes, os, platform, subprocess, sys
 import numpy as np
 import pytest, torch
@@ -292,3 +294,30 @@ def test_fused_rounds(fast, prompts, monkeypatch):
     class Watched(DraftProposer): pass
     speculative_generate(t, Watched(fast['draft2']), prompts[:2], 30, 2)
     assert not calls
+
+def test_fused_rounds_sampled(fast, prompts, monkeypatch):
+    "Sampled rounds (T = 1, a plain temperature) as one call of the library each: the rule of `smallem_decide` in C, then"
+    " the next guesses drawn there, with the uniforms drawn from the caller's generator in the order the loop of 05_greedy"
+    " draws them. So with one seed both loops write the same text up to the last rounds (where the loop of 05 draws fewer"
+    " guesses), except where a proposer's law differs in its last bits between the two layouts of its pass and a draw"
+    " falls on that edge (seen once in about 7,000 draws): at least 12 of 16 texts must agree (the faults below leave none). The exactness tests of"
+    " test_fast.py, test_verify.py (its realistic bug at B = 1 included) and test_draft_vocab.py run through this path;"
+    " here, its control (every guess accepted) is rejected on it. Planted faults this test fails on (tried when it was"
+    " written): the next guesses drawn with the decision's uniforms; the decision's uniforms one row off."
+    from smallem_spec.exactness import e2e_test
+    t, calls = fast['target'], []
+    real = FusedPass.spec_round
+    monkeypatch.setattr(FusedPass, 'spec_round', lambda self, *a, **kw: calls.append(a[12] if len(a) > 12 else kw.get('temperature', 0)) or real(self, *a, **kw))
+    agree, cases = 0, 0
+    for make in (lambda: MTPProposer(t), lambda: DraftProposer(fast['draft2'])):
+        for p in prompts:
+            texts = []
+            for mode in ('fused', 'python'):
+                monkeypatch.setenv('SMALLEM_ROUNDS', mode); calls.clear()
+                texts.append(speculative_generate(t, make(), [p], 60, 2, 1.0, torch.Generator().manual_seed(11))[0][0])
+                assert (mode == 'fused') == bool(calls) and all(x == 1.0 for x in calls), (mode, calls[:3])
+            cases += 1; agree += texts[0][:54] == texts[1][:54] and len(texts[0]) == 60
+    assert agree >= 12, f"only {agree} of {cases} sampled texts agree with the loop of 05_greedy drawing the same uniforms"
+    monkeypatch.setenv('SMALLEM_ROUNDS', 'fused'); calls.clear()
+    r = e2e_test(t, lambda: MTPProposer(t), prompts[0], 2000, seed=4, mode='accept')   # chi2 2.1x its threshold
+    assert calls and r['stat'] > r['threshold'], f"every proposal accepted in the one-call rounds, yet chi2 {r['stat']:.1f} <= {r['threshold']:.1f}"
