@@ -66,11 +66,13 @@ def decide_time(batch:int, k:int, vocab:int, temperature:float, reps:int=30, dev
 # %% ../nbs/10_bench.ipynb #827bb48a
 def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, temperatures=(0.0,), rounds:int=3, preset=None,
                   context:int=200, lengths=(48, 200)) -> dict:
-    "t(1) and v(k) for k = 0..kmax with `context` tokens cached, each proposer's in-loop cost (c0, c) per temperature, how much dearer than v(k) t(1) the verify pass of its rounds is in the loop (`rho`), and the token arithmetic s(k) per temperature, at one batch size (medians of `rounds` interleaved measurements)."
-    ts, cs = [], []
+    "t(1) and v(k) for k = 0..kmax with `context` tokens cached, each proposer's in-loop cost (c0, c) per temperature, how much dearer than v(k) t(1) the verify pass of its rounds is in the loop (`rho`), the token arithmetic s(k) and a plain step of the loop (`t_step`) per temperature, at one batch size (medians of `rounds` interleaved measurements)."
+    ts, cs, steps = [], [], []
     for _ in range(rounds):
         t = pass_times(target, tuple(range(1, kmax + 2)), context=context, batch=batch); ts.append(t)
         chunks = [prompts[i:i + batch] for i in range(0, min(len(prompts), 4 * batch), batch)]   # B = 1: four texts, one by one
+        steps.append({T: (lambda r: r['seconds'] / r['passes'])(run_config(target, models, sum(chunks, []), lengths[1], 'none', 0, T, batch, None))
+                      for T in temperatures})   # a plain step meanwhile: the grid's rows compare their own with it (the machine's drift)
         cs.append({(T, p): proposer_cost(target, lambda: make_proposer(p, target, models, preset), chunks, kmax, T, lengths, verify=True)
                    for T in temperatures for p in proposers})
     t = {T: statistics.median(x[T] for x in ts) for T in ts[0]}
@@ -78,7 +80,7 @@ def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, 
     v = {k: statistics.median(x[k + 1] / x[1] for x in ts) for k in range(kmax + 1)}
     rho = {T: {p: statistics.mean(statistics.median(x[T, p][2][k] for x in cs) / (v[k] * t[1]) for k in (1, kmax)) for p in proposers}
            for T in temperatures}   # the verify pass as the loop pays it (the proposer's weights just read, the call around it) over the microbenchmark's
-    out = {'t1': t[1], 'v': v, 'rho': rho,
+    out = {'t1': t[1], 'v': v, 'rho': rho, 't_step': {T: statistics.median(x[T] for x in steps) for T in temperatures},
            'prop': prop, 'c': {p: prop[temperatures[0]][p][1] for p in proposers}, 'c0': {p: prop[temperatures[0]][p][0] for p in proposers},
            's': {T: {k: decide_time(batch, k, target.cfg.vocab_size, T, device=target.device) / t[1] for k in range(1, kmax + 1)}
                  for T in temperatures}}
@@ -152,7 +154,7 @@ def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, b
 
 # %% ../nbs/10_bench.ipynb #276f0beb
 def _grid_row(key, lst, raw, costs, fast) -> dict:
-    "One row of the table: median speed and speed-up over the repeats, acceptance, and the cost model's prediction."
+    "One row of the table: median speed and speed-up over the repeats, acceptance, and the cost model's prediction (each repeat priced at the machine's speed around it, as its plain steps show; the median)."
     p, k, T, B = key
     tps = [res['tokens'] / res['seconds'] for res, _ in lst]
     sp = [res['tokens'] / res['seconds'] / bt for res, bt in lst]
@@ -165,23 +167,31 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
         if k != 'reference':   # the target alone ran before and after each group: how far apart is this machine's noise
             row['baseline_spread'] = round(max(abs(a - b) / ((a + b) / 2) for a, b in zip(tps[::2], tps[1::2])), 3)
     else:
-        pp, pa = st.pos_proposed, st.pos_accepted
-        alphas = [a / n if n else 0.0 for a, n in zip(pa, pp)]
-        cst = costs[B]; c0, c = cst['prop'][T][p]
-        base = raw[('none', 0, T, B)][-1][0]
-        t_step = base['seconds'] / base['passes']                  # a plain step, loop and prefill included
-        g0 = raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)])[-1][0]
-        t_unit = g0['seconds'] / g0['passes']                      # the same without sampling: the unit passes are priced in...
-        rho = cst.get('rho', {}).get(T, {}).get(p)
-        if rho is not None: t_unit = rho * cst['t1']               # ...unless the verify pass was timed in the loop itself
-        host = st.t_host / st.rounds                               # host time per round, measured in the run
-        occ = st.row_rounds / last['row_slots']                    # < 1 at batch > 1: the batch waits for its slowest row
-        pred = _predict(alphas, st.k_used, c, cst['v'], t_step, host, cst['s_lookup' if p == 'ngram' else 's'][T], occ, t_unit, cst['t1'], c0)
-        row.update(alpha_per_position=[round(a, 4) if n else None for a, n in zip(alphas, pp)],
-                   host_per_round=round(host / cst['t1'], 3), occupancy=round(occ, 3), t_step_ms=round(t_step * 1e3, 4), t_unit_ms=round(t_unit * 1e3, 4),
+        cst = costs[B]; c0, c = cst['prop'][T][p]; rho = cst.get('rho', {}).get(T, {}).get(p)
+        bases, g0s = raw[('none', 0, T, B)], raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)])
+        step = lambda runs, i: statistics.mean(b['seconds'] / b['passes'] for b, _ in runs[2 * i:2 * i + 2])   # a plain step around repeat i, loop and prefill included
+        reps = []
+        for i, (res, bt) in enumerate(lst):   # each repeat priced with the plain steps run around it
+            st = res['stats']; alphas = [a / n if n else 0.0 for a, n in zip(st.pos_accepted, st.pos_proposed)]
+            t_step = step(bases, i)
+            drift = t_step / cst['t_step'][T] if cst.get('t_step') else 1.0   # how much slower this machine ran now than while the costs were measured
+            t1 = cst['t1'] * drift
+            t_unit = rho * t1 if rho is not None else step(g0s, i)   # the verify pass as the loop paid it, else a plain step without sampling
+            host = st.t_host / st.rounds                               # host time per round, measured in the run
+            occ = st.row_rounds / res['row_slots']                     # < 1 at batch > 1: the batch waits for its slowest row
+            pred = _predict(alphas, st.k_used, c, cst['v'], t_step, host, cst['s_lookup' if p == 'ngram' else 's'][T], occ, t_unit, t1, c0)
+            reps.append(dict(pred=pred, ratio=res['tokens'] / res['seconds'] / bt / pred, st=st, alphas=alphas, host=host, occ=occ,
+                             t_step=t_step, t_unit=t_unit, t1=t1, drift=drift))
+        m = sorted(reps, key=lambda x: x['pred'])[len(reps) // 2]   # the median prediction's repeat: its terms are the row's
+        st, pp = m['st'], m['st'].pos_proposed
+        row.update(alpha_per_position=[round(a, 4) if n else None for a, n in zip(m['alphas'], pp)],
+                   host_per_round=round(m['host'] / m['t1'], 3), occupancy=round(m['occ'], 3), t_step_ms=round(m['t_step'] * 1e3, 4),
+                   t_unit_ms=round(m['t_unit'] * 1e3, 4), t1_ms=round(m['t1'] * 1e3, 4), drift=round(m['drift'], 3),
                    tokens_per_round=round(st.tokens_per_round, 3), verify_scale=None if rho is None else round(rho, 3),
-                   predicted_speedup=round(pred, 3), c=round(c, 3), c0=round(c0, 3), mean_k=round(statistics.mean(st.k_used), 2),
-                   identical=(last['texts'] == raw[('none', 0, T, B)][-1][0]['texts']) if T == 0 else None)
+                   predicted_speedup=round(m['pred'], 3), c=round(c, 3), c0=round(c0, 3), mean_k=round(statistics.mean(st.k_used), 2),
+                   identical=(last['texts'] == raw[('none', 0, T, B)][-1][0]['texts']) if T == 0 else None,
+                   measured_over_predicted=round(statistics.median(x['ratio'] for x in reps), 3))   # each repeat against its own prediction
+        return row
     row['measured_over_predicted'] = round(row['speedup'] / row['predicted_speedup'], 3) if row['predicted_speedup'] else None
     return row
 
@@ -194,7 +204,7 @@ def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx,
                 drafter_panels=('bf16' if precision == 'bf16' else 'fp16') if getattr(target, 'kernel', None) == 'fused' else 'as the target',   # DraftProposer's view (12a_fused_cpu)
                 precision=precision,
                 threads=torch.get_num_threads(), torch=torch.__version__, gpu=torch.cuda.get_device_name() if target.device.type == 'cuda' else None,
-                costs={str(b): {'t1_ms': round(c['t1'] * 1e3, 3), 'v': r3(c['v']), 'c': r3(c['c']), 'c0': r3(c['c0']),
+                costs={str(b): {'t1_ms': round(c['t1'] * 1e3, 3), 't_step_ms': {str(T): round(x * 1e3, 4) for T, x in c.get('t_step', {}).items()}, 'v': r3(c['v']), 'c': r3(c['c']), 'c0': r3(c['c0']),
                                 'rho': {str(T): {p: round(x, 3) for p, x in d.items()} for T, d in c.get('rho', {}).items()},
                                 'prop': {str(T): {p: [round(x, 3) for x in cc] for p, cc in d.items()} for T, d in c['prop'].items()},
                                 's': {str(T): r3(s) for T, s in c['s'].items()}, 's_lookup': {str(T): r3(s) for T, s in c.get('s_lookup', {}).items()}}

@@ -522,7 +522,7 @@ _SRC_ROUND = r'''
    module reads the true positions the pass just computed (their states and the tokens after them) from its true length
    (m's starts, set by the caller); a draft model still holds the guesses it chained, so it reads only what it lacks:
    from ptrue[b] (its true text's length) plus the guesses it holds that were kept. ints: ks [B], last [B], rem [B] (tokens
-   the row may still emit), ptrue [B]. secs: the target pass, and the rest. 1: a token outside the vocabulary. */
+   the row may still emit), ptrue [B]. secs: the target pass, the decision, and the rest. 1: a token outside the vocabulary. */
 int smallem_round(pass_args *t, pass_args *m, int draft, int K, const long *ints, long *io, double *secs,
                   float temp, const double *u, float *q, int mode) {
   const int B = t->B, T = K + 1;
@@ -547,10 +547,11 @@ int smallem_round(pass_args *t, pass_args *m, int draft, int K, const long *ints
     for (int i = 0; i < T; i++) mtok[b * T + i] = i < mn[b] ? emit[b * T + held + i] : 0;
     long r = rem[b] - j - 2; knext[b] = r < 0 ? 0 : r < K ? r : K;
   }
+  double t2 = omp_get_wtime();
   m->tokens = mtok; m->R = B * T; m->T = T; m->nnew = mn;
   if (draft) m->starts = ms; else m->h_in = t->x;
   int bad = smallem_chain(m, K, knext, d, temp, temp > 0 ? u + (long)B * T : NULL, q);
-  secs[0] = t1 - t0; secs[1] = omp_get_wtime() - t1;
+  secs[0] = t1 - t0; secs[1] = t2 - t1; secs[2] = omp_get_wtime() - t2;
   return bad;
 }
 '''
@@ -755,7 +756,7 @@ def _chain(self:FusedPass, a:PassArgs, B:int, chain:list[int], temperature:float
 def spec_round(self:FusedPass, cache, sids, pcache, psids, last:list[int], d:list[int], ks:list[int], rem:list[int], K:int,
                vocab:torch.Tensor|None=None, draft=None, ptrue:list[int]|None=None, temperature:float=0.0,
                u:torch.Tensor|None=None, q:torch.Tensor|None=None, mode:int=0):
-    "A round in one call (`smallem_round`), with the MTP module or, given `draft` (the draft model's `FusedPass`) and `ptrue` (its true text's length per row), a draft model; sampling (`temperature` > 0) with the uniforms `u` [B·(2K+1)] float64 and `q` [B, K, V], the laws of the guesses `d`, overwritten with those of the next ones (`mode`: the planted controls of `smallem_decide`). The caller has appended the target's pages (ks + 1 tokens a row) and the proposer's (up to 2K past its true text). `d`: the guesses [B·K] flat. Returns (the next guesses, flat; emitted tokens, -1 after, [B·(K+1)]; guesses kept [B]; next guesses that count [B]; seconds of the target's pass and of the rest)."
+    "A round in one call (`smallem_round`), with the MTP module or, given `draft` (the draft model's `FusedPass`) and `ptrue` (its true text's length per row), a draft model; sampling (`temperature` > 0) with the uniforms `u` [B·(2K+1)] float64 and `q` [B, K, V], the laws of the guesses `d`, overwritten with those of the next ones (`mode`: the planted controls of `smallem_decide`). The caller has appended the target's pages (ks + 1 tokens a row) and the proposer's (up to 2K past its true text). `d`: the guesses [B·K] flat. Returns (the next guesses, flat; emitted tokens, -1 after, [B·(K+1)]; guesses kept [B]; next guesses that count [B]; seconds of the target's pass, of the decision and of the proposer's passes)."
     c, B, T, nth = self.cfg, len(sids), K + 1, torch.get_num_threads()
     t, m = self.main['args'], (self.mtp if draft is None else draft.main)['args']
     key = (B, K, nth)
@@ -782,7 +783,7 @@ def spec_round(self:FusedPass, cache, sids, pcache, psids, last:list[int], d:lis
     t.nnew = at(i_tst + B)
     owner = draft or self
     if vocab is not None: ids, head = owner.draft_head(vocab, draft is None); m.head, m.Vh, m.vmap = head.data_ptr(), ids.numel(), ids.data_ptr()
-    secs = (ctypes.c_double * 2)()
+    secs = (ctypes.c_double * 3)()
     sampled = temperature > 0
     if sampled and not (u is not None and u.dtype == torch.float64 and u.numel() >= B * (2 * K + 1) and q is not None and q.is_contiguous()
                         and q.dtype == torch.float32 and tuple(q.shape) == (B, K, V)):
@@ -793,7 +794,7 @@ def spec_round(self:FusedPass, cache, sids, pcache, psids, last:list[int], d:lis
         if vocab is not None: m.head, m.Vh, m.vmap = owner.main['head'].data_ptr(), V, None
     if bad: _bad_token(V)
     io = ints[i_ints + 4 * B:]
-    return io[:B * K], io[B * K:B * K + B * T], io[B * K + B * T:B * K + B * T + B], io[B * K + B * T + B:], secs[0], secs[1]
+    return io[:B * K], io[B * K:B * K + B * T], io[B * K + B * T:B * K + B * T + B], io[B * K + B * T + B:], secs[0], secs[1], secs[2]
 
 # %% ../nbs/12a_fused_cpu.ipynb #ac331878
 @patch
@@ -863,7 +864,7 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
                         torch.rand(B, K, generator=generator, dtype=torch.float64, out=u[B * T:].view(B, K))
                     cache.append(ts, [n + 1 for n in ks])
                     pc.append(ps, [2 * K] * B if mtp else [max(0, pt[b] + 2 * K - n) for b, n in zip(rows, ml)])
-                    d, em, ns, kn, sv, sp = self.spec_round(cache, ts, pc, ps, [last[b] for b in rows], d, ks, [budget[b] - len(out[b]) for b in rows],
+                    d, em, ns, kn, sv, sd, sp = self.spec_round(cache, ts, pc, ps, [last[b] for b in rows], d, ks, [budget[b] - len(out[b]) for b in rows],
                                                             K, proposer.vocab, draft, None if mtp else [pt[b] for b in rows], temperature, u, q, mode)
                     for i, b in enumerate(rows):   # each row: what it emitted; the caches back to its true text (a draft model keeps its chain)
                         n = ns[i]; e = em[i * T:i * T + n + 1]; out[b].extend(e); last[b] = e[-1]
@@ -872,7 +873,7 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
                         else: pt[b] += n + 1; pc.keep(ps[i], pt[b] + max(kn[i] - 1, 0))
                     if k_policy is not None: k_policy.update(kr, list(ns), list(ks))
                     log.append((kr, list(ks), list(ns)))
-                    tp['verify'] += sv; tp['propose'] += sp; tp['bookkeeping'] += clock() - t0 - sv - sp
+                    tp['verify'] += sv; tp['decide'] += sd; tp['propose'] += sp; tp['bookkeeping'] += clock() - t0 - sv - sd - sp
                 going = [i for i, b in enumerate(rows) if len(out[b]) < budget[b]]
                 if len(going) < len(rows):
                     if kn is not None: kn, d = [kn[i] for i in going], [x for i in going for x in d[i * K:(i + 1) * K]]
