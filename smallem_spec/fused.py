@@ -554,6 +554,40 @@ int smallem_round(pass_args *t, pass_args *m, int draft, int K, const long *ints
   secs[0] = t1 - t0; secs[1] = t2 - t1; secs[2] = omp_get_wtime() - t2;
   return bad;
 }
+/* Rounds of smallem_round one after another, as long as no row has emitted all it may and some row has a guess to verify
+   (at most maxr): the caller has given both caches pages for each row's whole text, so only lengths move, and they are
+   kept here: the target's starts (t's), the module's (m's) or the draft model's true length (ptrue), each row's last token,
+   the tokens it may still emit, and the next round's ks (knext). toks [B, cap]: the tokens each row emitted, in order;
+   log [rounds, B, 2]: each round's ks and guesses kept, per row; u advances by B (2K + 1) uniforms a round. Returns the
+   rounds run, or -1 (a token outside the vocabulary). */
+int smallem_rounds(pass_args *t, pass_args *m, int draft, int K, int maxr, long *ints, long *io, double *secs,
+                   float temp, const double *u, float *q, int mode, long *toks, long cap, long *log) {
+  const int B = t->B, T = K + 1;
+  long *tst = (long *)t->starts, *tnn = (long *)t->nnew, *mst = draft ? NULL : (long *)m->starts;
+  long *ks = ints, *last = ints + B, *rem = ints + 2 * B, *ptrue = ints + 3 * B;
+  long *emit = io + (long)B * K, *n = emit + (long)B * T, *knext = n + B, cnt[B];
+  double s3[3]; int r = 0;
+  secs[0] = secs[1] = secs[2] = 0;
+  for (int b = 0; b < B; b++) cnt[b] = 0;
+  while (r < maxr) {
+    for (int b = 0; b < B; b++) tnn[b] = ks[b] + 1;
+    if (smallem_round(t, m, draft, K, ints, io, s3, temp, temp > 0 ? u + (long)r * B * (2 * K + 1) : NULL, q, mode)) return -1;
+    for (int i = 0; i < 3; i++) secs[i] += s3[i];
+    int stop = 0; long kmax = 0;
+    for (int b = 0; b < B; b++) {
+      long j = n[b];
+      for (long i = 0; i <= j; i++) toks[b * cap + cnt[b] + i] = emit[b * T + i];
+      cnt[b] += j + 1; last[b] = emit[b * T + j]; rem[b] -= j + 1; tst[b] += j + 1;
+      if (draft) ptrue[b] += j + 1; else mst[b] += j + 1;
+      log[((long)r * B + b) * 2] = ks[b]; log[((long)r * B + b) * 2 + 1] = j;
+      ks[b] = knext[b]; if (ks[b] > kmax) kmax = ks[b];
+      if (rem[b] <= 0) stop = 1;
+    }
+    r++;
+    if (stop || kmax == 0) break;
+  }
+  return r;
+}
 '''
 _SRC_PASS = _SRC_PASS1 + _SRC_PASS2 + _SRC_PASS3 + _SRC_PASS4 + _SRC_ROUND
 KERNEL_SRC = _SRC_HEAD + _SRC_GEMM + _SRC_GEMMH + _SRC_GEMMB + _SRC_ATTN + _SRC_SAMPLE + _SRC_PASS
@@ -616,6 +650,8 @@ def load_kernel(required:bool=False):
         lib.smallem_decide.argtypes = ([ctypes.c_int] * 3 + [ctypes.c_void_p, ctypes.c_float] + [ctypes.c_void_p] * 4
                                        + [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p])
         lib.smallem_round.argtypes = [ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+        lib.smallem_rounds.argtypes = ([ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+                                       + [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p])
         lib.smallem_work_floats.restype = ctypes.c_long
         lib.smallem_work_floats.argtypes = [ctypes.c_int] * 5
         lib.smallem_gemm.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
@@ -753,54 +789,63 @@ def _chain(self:FusedPass, a:PassArgs, B:int, chain:list[int], temperature:float
 
 # %% ../nbs/12a_fused_cpu.ipynb #d57002b9
 @patch
-def spec_round(self:FusedPass, cache, sids, pcache, psids, last:list[int], d:list[int], ks:list[int], rem:list[int], K:int,
-               vocab:torch.Tensor|None=None, draft=None, ptrue:list[int]|None=None, temperature:float=0.0,
-               u:torch.Tensor|None=None, q:torch.Tensor|None=None, mode:int=0):
-    "A round in one call (`smallem_round`), with the MTP module or, given `draft` (the draft model's `FusedPass`) and `ptrue` (its true text's length per row), a draft model; sampling (`temperature` > 0) with the uniforms `u` [B·(2K+1)] float64 and `q` [B, K, V], the laws of the guesses `d`, overwritten with those of the next ones (`mode`: the planted controls of `smallem_decide`). The caller has appended the target's pages (ks + 1 tokens a row) and the proposer's (up to 2K past its true text). `d`: the guesses [B·K] flat. Returns (the next guesses, flat; emitted tokens, -1 after, [B·(K+1)]; guesses kept [B]; next guesses that count [B]; seconds of the target's pass, of the decision and of the proposer's passes)."
+def spec_round(self:FusedPass, cache, sids, pcache, psids, starts:list[int], pstarts:list[int], last:list[int], d:list[int], ks:list[int],
+               rem:list[int], K:int, vocab:torch.Tensor|None=None, draft=None, ptrue:list[int]|None=None, temperature:float=0.0,
+               u:torch.Tensor|None=None, q:torch.Tensor|None=None, mode:int=0, maxr:int=0):
+    "A round in one call (`smallem_round`), with the MTP module or, given `draft` (the draft model's `FusedPass`) and `ptrue` (its true text's length per row), a draft model; sampling (`temperature` > 0) with the uniforms `u` [B·(2K+1)] float64 and `q` [B, K, V], the laws of the guesses `d`, overwritten with those of the next ones (`mode`: the planted controls of `smallem_decide`). `starts`, `pstarts`: each row's true length in the target's cache and in the module's (a draft model's is `ptrue`). The caller has appended the target's pages (ks + 1 tokens a row) and the proposer's (up to 2K past its true text). `d`: the guesses [B·K] flat. Returns (the next guesses, flat; emitted tokens, -1 after, [B·(K+1)]; guesses kept [B]; next guesses that count [B]; seconds of the target's pass, of the decision and of the proposer's passes). With `maxr` > 0, rounds one after another in one call (`smallem_rounds`: the caches hold pages for each row's whole text; `u` holds maxr rounds' uniforms); returns (the next guesses; the next ks, last tokens, tokens left, draft models' true lengths; the target's and the module's true lengths; each round's [ks, kept] per row; the tokens each row emitted; the three clocks; the rounds run)."
     c, B, T, nth = self.cfg, len(sids), K + 1, torch.get_num_threads()
-    t, m = self.main['args'], (self.mtp if draft is None else draft.main)['args']
-    key = (B, K, nth)
-    if key not in self._rounds:   # buffers reused from round to round: nothing of them outlives a call but what is copied out
-        R, D, V = B * T, c.dim, c.vocab_size
+    R, D, V, owner = B * T, c.dim, c.vocab_size, draft or self
+    Pt, Pm = -(-cache.max_len // cache.page_size), -(-pcache.max_len // pcache.page_size)   # page tables as wide as the longest text: a fixed layout
+    key = (B, K, nth, id(owner), Pt, Pm, cache.page_size, pcache.page_size)
+    if key not in self._rounds:   # what stays from round to round: buffers, the integers' array, the two passes' arguments
         need = max(self.lib.smallem_work_floats(R, D, c.ffn_dim, c.max_seq_len - 1, nth),
-                   self.lib.smallem_work_floats(R, D, (draft or self).cfg.ffn_dim, c.max_seq_len - 1, nth))
+                   self.lib.smallem_work_floats(R, D, owner.cfg.ffn_dim, c.max_seq_len - 1, nth))
         if len(self._rounds) > 8: self._rounds.clear()
-        self._rounds[key] = (torch.empty(need), torch.empty(2 * R * (D + V)), torch.empty(2 * R, dtype=torch.long))
-    work, fl, lo = self._rounds[key]
-    Pt = max(1, max(len(cache.pages[s]) for s in sids)); Pm = max(1, max(len(pcache.pages[s]) for s in psids))
-    vals = ([x for s in sids for x in cache.pages[s] + [0] * (Pt - len(cache.pages[s]))] + [cache.lens[s] - n - 1 for s, n in zip(sids, ks)]
-            + [n + 1 for n in ks] + [x for s in psids for x in pcache.pages[s] + [0] * (Pm - len(pcache.pages[s]))]
-            + [pcache.lens[s] - 2 * K for s in psids] + list(ks) + list(last) + list(rem) + list(ptrue or [0] * B) + list(d) + [0] * (B * T + 2 * B))
-    ints = (ctypes.c_long * len(vals))(*vals); sz = ctypes.sizeof(ctypes.c_long); p0 = ctypes.addressof(ints)
-    at = lambda i: p0 + sz * i
-    i_tst, i_mpt = B * Pt, B * Pt + 2 * B
-    i_ms, i_ints = i_mpt + B * Pm, i_mpt + B * Pm + B
-    R, D, V = B * T, c.dim, c.vocab_size; f0, l0 = fl.data_ptr(), lo.data_ptr()
-    for a, P, kvc, pt, st, x, lg, best in ((t, Pt, cache, 0, i_tst, f0, f0 + 4 * R * D, l0),
-                                           (m, Pm, pcache, i_mpt, i_ms, f0 + 4 * R * (D + V), f0 + 4 * R * (2 * D + V), l0 + 8 * R)):
-        a.B, a.S, a.P, a.nthreads, a.kv, a.slots = B, kvc.page_size, P, nth, kvc.kv.data_ptr(), kvc.kv.shape[1]
-        a.pt, a.starts, a.x, a.logits, a.best, a.work = at(pt), at(st), x, lg, best, work.data_ptr()
-    t.nnew = at(i_tst + B)
-    owner = draft or self
+        work, fl, lo = torch.empty(need), torch.empty(2 * R * (D + V)), torch.empty(2 * R, dtype=torch.long)
+        ints = (ctypes.c_long * (B * (Pt + Pm) + 8 * B + B * K + R + 2 * B))()
+        at = lambda i: ctypes.addressof(ints) + ctypes.sizeof(ctypes.c_long) * i
+        i_tst, i_mpt = B * Pt, B * Pt + 2 * B; i_ms = i_mpt + B * Pm; i_ints = i_ms + B
+        t, m = PassArgs.from_buffer_copy(self.main['args']), PassArgs.from_buffer_copy((self.mtp if draft is None else draft.main)['args'])
+        f0, l0 = fl.data_ptr(), lo.data_ptr()
+        for a, P, S, pt, st, x, lg, best in ((t, Pt, cache.page_size, 0, i_tst, f0, f0 + 4 * R * D, l0),
+                                             (m, Pm, pcache.page_size, i_mpt, i_ms, f0 + 4 * R * (D + V), f0 + 4 * R * (2 * D + V), l0 + 8 * R)):
+            a.B, a.S, a.P, a.nthreads = B, S, P, nth
+            a.pt, a.starts, a.x, a.logits, a.best, a.work = at(pt), at(st), x, lg, best, work.data_ptr()
+        t.nnew = at(i_tst + B)
+        self._rounds[key] = (work, fl, lo, ints, t, m, at(i_ints), at(i_ints + 4 * B), i_ints + 4 * B, (ctypes.c_double * 3)(), owner)   # owner: its weights outlive the copies
+    _, _, _, ints, t, m, p_ints, p_io, i_io, secs, _ = self._rounds[key]
+    pad = lambda pages, P: pages + [0] * (P - len(pages))
+    vals = ([x for s in sids for x in pad(cache.pages[s], Pt)] + list(starts) + [n + 1 for n in ks]
+            + [x for s in psids for x in pad(pcache.pages[s], Pm)] + list(pstarts)
+            + list(ks) + list(last) + list(rem) + list(ptrue or [0] * B) + list(d))
+    ints[:len(vals)] = vals
+    t.kv, t.slots, m.kv, m.slots = cache.kv.data_ptr(), cache.kv.shape[1], pcache.kv.data_ptr(), pcache.kv.shape[1]
     if vocab is not None: ids, head = owner.draft_head(vocab, draft is None); m.head, m.Vh, m.vmap = head.data_ptr(), ids.numel(), ids.data_ptr()
-    secs = (ctypes.c_double * 3)()
+    else: m.head, m.Vh, m.vmap = (owner.mtp if draft is None else owner.main)['head'].data_ptr(), V, None
     sampled = temperature > 0
     if sampled and not (u is not None and u.dtype == torch.float64 and u.numel() >= B * (2 * K + 1) and q is not None and q.is_contiguous()
                         and q.dtype == torch.float32 and tuple(q.shape) == (B, K, V)):
         raise SmallemError(f"sampled rounds need {B * (2 * K + 1)} float64 uniforms and q [{B}, {K}, {V}] fp32")
-    try: bad = self.lib.smallem_round(ctypes.byref(t), ctypes.byref(m), int(draft is not None), K, at(i_ints), at(i_ints + 4 * B), secs,
-                                      float(temperature), u.data_ptr() if sampled else None, q.data_ptr() if sampled else None, mode)
-    finally:
-        if vocab is not None: m.head, m.Vh, m.vmap = owner.main['head'].data_ptr(), V, None
-    if bad: _bad_token(V)
-    io = ints[i_ints + 4 * B:]
-    return io[:B * K], io[B * K:B * K + B * T], io[B * K + B * T:B * K + B * T + B], io[B * K + B * T + B:], secs[0], secs[1], secs[2]
+    uq = (float(temperature), u.data_ptr() if sampled else None, q.data_ptr() if sampled else None, mode)
+    if maxr:
+        if sampled and u.numel() < maxr * B * (2 * K + 1): raise SmallemError(f"{maxr} sampled rounds need {maxr * B * (2 * K + 1)} uniforms")
+        cap = max(rem); toks, log = (ctypes.c_long * (B * cap))(), (ctypes.c_long * (maxr * B * 2))()
+        r = self.lib.smallem_rounds(ctypes.byref(t), ctypes.byref(m), int(draft is not None), K, maxr, p_ints, p_io, secs, *uq,
+                                    ctypes.addressof(toks), cap, ctypes.addressof(log))
+        if r < 0: _bad_token(V)
+        i_ints = i_io - 4 * B; blk, io, lg = ints[i_ints:i_io], ints[i_io:i_io + B * K], log[:r * B * 2]
+        return (io, blk[:B], blk[B:2 * B], blk[2 * B:3 * B], blk[3 * B:], ints[B * Pt:B * Pt + B], ints[i_ints - B:i_ints],
+                [lg[j:j + 2 * B] for j in range(0, len(lg), 2 * B)], [toks[b * cap:(b + 1) * cap] for b in range(B)], (secs[0], secs[1], secs[2]), r)
+    if self.lib.smallem_round(ctypes.byref(t), ctypes.byref(m), int(draft is not None), K, p_ints, p_io, secs, *uq): _bad_token(V)
+    io = ints[i_io:]
+    return io[:B * K], io[B * K:B * K + R], io[B * K + R:B * K + R + B], io[B * K + R + B:], secs[0], secs[1], secs[2]
+
 
 # %% ../nbs/12a_fused_cpu.ipynb #ac331878
 @patch
 def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], max_new_tokens:int, k:int, prefill, SpecStats,
                     k_policy=None, plain_stretch=None, temperature:float=0.0, generator=None, residual=True):
-    "`speculative_generate` for greedy or sampled rounds (a plain temperature, no filters) with the target's own MTP module or a draft model on the fused kernel, each round one call of the library (`spec_round`): greedy, the same tokens, and without a k policy the same statistics; sampling, the same rule (`smallem_decide`, `residual` as there) and the same draws from `generator` in the same order as the loop of `05_greedy` while every round has k guesses a row. With a policy, a round's call chains as many guesses as the round had, for the next one: a next round that asks for more verifies what there is, one that asks for plain steps drops them. None where it does not apply (another proposer, filters, a row with fewer than three tokens to emit, `SMALLEM_ROUNDS=python`): the loop of `05_greedy` runs then. `prefill`, `SpecStats` and `plain_stretch` come from the caller (`05_greedy`), whose module this one precedes."
+    "`speculative_generate` for greedy or sampled rounds (a plain temperature, no filters) with the target's own MTP module or a draft model on the fused kernel, each round one call of the library (`spec_round`), and without a k policy rounds one after another in one call until a row is done: greedy, the same tokens, and without a k policy the same statistics; sampling, the same rule (`smallem_decide`, `residual` as there) and the same draws from `generator` in the same order as the loop of `05_greedy` while every round has k guesses a row. With a policy, a round's call chains as many guesses as the round had, for the next one: a next round that asks for more verifies what there is, one that asks for plain steps drops them. None where it does not apply (another proposer, filters, a row with fewer than three tokens to emit, `SMALLEM_ROUNDS=python`): the loop of `05_greedy` runs then. `prefill`, `SpecStats` and `plain_stretch` come from the caller (`05_greedy`), whose module this one precedes."
     mtp = proposer.needs_hidden
     draft = None if mtp else getattr(getattr(proposer, 'model', None), 'fused', None)
     if (os.environ.get('SMALLEM_ROUNDS', 'fused') != 'fused' or not getattr(proposer, 'fused_rounds', False) or k < 1
@@ -856,23 +901,38 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
                     t0 = clock()
                     ts, ps = [sids[b] for b in rows], [proposer.sids[b] for b in rows]
                     tl, ml = [cache.lens[s] for s in ts], [pc.lens[s] for s in ps]
-                    u = None
-                    if temperature > 0:               # the decision's uniforms, then the next guesses': the loop of 05's order
-                        u = ubuf.get((B, K))
-                        if u is None: u = ubuf[B, K] = torch.empty(B * (2 * K + 1), dtype=torch.float64)
-                        torch.rand(B, T, generator=generator, dtype=torch.float64, out=u[:B * T].view(B, T))
-                        torch.rand(B, K, generator=generator, dtype=torch.float64, out=u[B * T:].view(B, K))
-                    cache.append(ts, [n + 1 for n in ks])
-                    pc.append(ps, [2 * K] * B if mtp else [max(0, pt[b] + 2 * K - n) for b, n in zip(rows, ml)])
-                    d, em, ns, kn, sv, sd, sp = self.spec_round(cache, ts, pc, ps, [last[b] for b in rows], d, ks, [budget[b] - len(out[b]) for b in rows],
-                                                            K, proposer.vocab, draft, None if mtp else [pt[b] for b in rows], temperature, u, q, mode)
-                    for i, b in enumerate(rows):   # each row: what it emitted; the caches back to its true text (a draft model keeps its chain)
-                        n = ns[i]; e = em[i * T:i * T + n + 1]; out[b].extend(e); last[b] = e[-1]
-                        cache.keep(ts[i], tl[i] + 1 + n)
-                        if mtp: pc.keep(ps[i], ml[i] + n + 1)
-                        else: pt[b] += n + 1; pc.keep(ps[i], pt[b] + max(kn[i] - 1, 0))
-                    if k_policy is not None: k_policy.update(kr, list(ns), list(ks))
-                    log.append((kr, list(ks), list(ns)))
+                    rem, u = [budget[b] - len(out[b]) for b in rows], None
+                    if k_policy is None:              # rounds one after another in one call, until a row is done or no row has a guess to verify
+                        maxr = max(rem)               # each round emits a token a row at least
+                        if temperature > 0: u = torch.rand(maxr * B * (2 * K + 1), generator=generator, dtype=torch.float64)   # in the order the rounds read them
+                        cache.append(ts, [cap[b] - n for b, n in zip(rows, tl)])                   # pages for each row's whole text: only lengths move
+                        pc.append(ps, [min(pc.max_len, cap[b] + 2 * k) - n for b, n in zip(rows, ml)])
+                        d, kn, lastn, _, ptn, tst, mst, rl, toks, (sv, sd, sp), r = self.spec_round(
+                            cache, ts, pc, ps, tl, ml, [last[b] for b in rows], d, ks, rem, K, proposer.vocab, draft,
+                            None if mtp else [pt[b] for b in rows], temperature, u, q, mode, maxr)
+                        for i, b in enumerate(rows):
+                            out[b].extend(toks[i][:sum(x[2 * i + 1] + 1 for x in rl)]); last[b] = lastn[i]
+                            cache.keep(ts[i], tst[i])
+                            if mtp: pc.keep(ps[i], mst[i])
+                            else: pt[b] = ptn[i]; pc.keep(ps[i], pt[b] + max(kn[i] - 1, 0))
+                        log += [(K, x[0::2], x[1::2]) for x in rl]
+                    else:
+                        if temperature > 0:           # the decision's uniforms, then the next guesses': the loop of 05's order
+                            u = ubuf.get((B, K))
+                            if u is None: u = ubuf[B, K] = torch.empty(B * (2 * K + 1), dtype=torch.float64)
+                            torch.rand(B, T, generator=generator, dtype=torch.float64, out=u[:B * T].view(B, T))
+                            torch.rand(B, K, generator=generator, dtype=torch.float64, out=u[B * T:].view(B, K))
+                        cache.append(ts, [n + 1 for n in ks])
+                        pc.append(ps, [2 * K] * B if mtp else [max(0, pt[b] + 2 * K - n) for b, n in zip(rows, ml)])
+                        d, em, ns, kn, sv, sd, sp = self.spec_round(cache, ts, pc, ps, tl, ml, [last[b] for b in rows], d, ks, rem,
+                                                                    K, proposer.vocab, draft, None if mtp else [pt[b] for b in rows], temperature, u, q, mode)
+                        for i, b in enumerate(rows):   # each row: what it emitted; the caches back to its true text (a draft model keeps its chain)
+                            n = ns[i]; e = em[i * T:i * T + n + 1]; out[b].extend(e); last[b] = e[-1]
+                            cache.keep(ts[i], tl[i] + 1 + n)
+                            if mtp: pc.keep(ps[i], ml[i] + n + 1)
+                            else: pt[b] += n + 1; pc.keep(ps[i], pt[b] + max(kn[i] - 1, 0))
+                        k_policy.update(kr, list(ns), list(ks))
+                        log.append((kr, list(ks), list(ns)))
                     tp['verify'] += sv; tp['decide'] += sd; tp['propose'] += sp; tp['bookkeeping'] += clock() - t0 - sv - sd - sp
                 going = [i for i, b in enumerate(rows) if len(out[b]) < budget[b]]
                 if len(going) < len(rows):

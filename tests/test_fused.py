@@ -307,7 +307,7 @@ def test_fused_rounds_sampled(fast, prompts, monkeypatch):
     from smallem_spec.exactness import e2e_test
     t, calls = fast['target'], []
     real = FusedPass.spec_round
-    monkeypatch.setattr(FusedPass, 'spec_round', lambda self, *a, **kw: calls.append(a[12] if len(a) > 12 else kw.get('temperature', 0)) or real(self, *a, **kw))
+    monkeypatch.setattr(FusedPass, 'spec_round', lambda self, *a, **kw: calls.append(a[14] if len(a) > 14 else kw.get('temperature', 0)) or real(self, *a, **kw))
     agree, cases = 0, 0
     for make in (lambda: MTPProposer(t), lambda: DraftProposer(fast['draft2'])):
         for p in prompts:
