@@ -67,7 +67,8 @@ class AdaptiveK:
                  margin:float=0.02,        # speculate only where a k is predicted to beat plain steps by this much
                  backoff:int=2,            # how much longer each stretch of plain steps is than the last, after a probe that failed
                  probe_share:float=0.03,   # and at least long enough that the next probe is expected to lose no more than this share of it
-                 warm:int=4):              # plain steps of a stretch not timed as the unit (caches still full of the proposer's weights)
+                 warm:int=4,               # plain steps of a stretch not timed as the unit (caches still full of the proposer's weights)
+                 ahead:int=8):             # rounds a k chosen outside probes lasts where the loop runs rounds in one call (12a_fused_cpu); the loop of 05 asks every round
         if kmax < 1: raise SmallemError(f"kmax must be >= 1 (got {kmax})")
         self.kmax, self.c, self.v, self.host, self.decay, self.prior = kmax, c, v, host, decay, prior
         self.acc, self.seen = [0.0] * kmax, [0.0] * kmax
@@ -78,6 +79,7 @@ class AdaptiveK:
         self.timed_rounds, self._ts, self._tp = {}, {}, []   # k -> rounds of that k timed so far, the last costs timed; the last plain timings
         self.catchup, self._cu = 0.0, []                # what a probe's first round pays beyond a usual round (plain steps), its last values
         self.warm, self.switch, self._sw, self._timing = warm, 0.0, [], False   # what the first `warm` plain steps after rounds pay beyond the unit
+        self.ahead = max(1, ahead)
 
     def alphas(self):
         "Per-position estimates, each shrunk toward the one before it (the first toward 1/2)."
@@ -100,26 +102,27 @@ class AdaptiveK:
 # %% ../nbs/09_cost_model.ipynb #c606d4de
 @patch
 def choose(self:AdaptiveK) -> int:
-    "The k of the next round; 0 asks the loop for `self.steps` plain steps."
+    "The k of the next round; 0 asks the loop for `self.steps` plain steps (k > 0: `self.steps` rounds at most, to a loop that runs rounds in one call)."
     self.rounds += 1; self.steps, self._timing = 1, False
     g = self.gains(); k = max(g, key=g.get)
     if not self.timed:                              # no clock (simulations): probe once every probe_every rounds
         if g[k] < 1.0 and self.rounds % self.probe_every: k = 0
     elif self._left > 0: k, self.steps, self._left = 0, self._left, 0          # a stretch the end of a text cut short
     elif self.t_plain is None or self.rounds % self.plain_every == 0: k, self.steps, self._timing = 0, self.warm + 4, True   # time plain steps
-    elif self._burst > 0: self._burst -= 1; k = max(k, self.k0)   # a probe: speculate, at least k0 guesses (one guess tells little of the next)
+    elif self._burst > 0: self.steps = self._burst; self._burst -= 1; k = max(k, self.k0)   # a probe: speculate, at least k0 guesses (one guess tells little of the next)
     elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3:   # no k pays, by what the best one was seen to cost
         loss = self.probe_rounds * self.cost(k) * (1 - g[k]) + self.catchup + self.switch   # plain steps the next probe is expected to lose (at k)
         k, self.steps, self._burst = 0, max(self.stretch, math.ceil(loss / self.probe_share)), self.probe_rounds
         self.stretch = min(self.backoff * self.stretch, 64 * self.probe_every)
-    else: self.stretch = self.probe_every
+    else: self.stretch, self.steps = self.probe_every, self.ahead   # a k that pays: the next rounds may run in one call
     self.k, self._t0 = k, time.perf_counter()
     return k
 
 @patch
-def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=1, first:tuple|None=None):
-    "Time the round (or the plain steps: `first` = (w, seconds the first w of them took)); count, for each row, the positions it reached and which of them were accepted."
-    dt = time.perf_counter() - self._t0 if (self.timed and self._t0 is not None) else None
+def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=1, first:tuple|None=None, seconds:float|None=None, more:bool=False):
+    "Time the round (or the plain steps: `first` = (w, seconds the first w of them took); `seconds`: the round's own, from a call that ran several; `more`: a round of that call after its first, which no choice preceded); count, for each row, the positions it reached and which of them were accepted."
+    if more: self.rounds += 1; self._burst = max(0, self._burst - 1)   # as if chosen: the round counter, and a probe's rounds left
+    dt = (seconds if seconds is not None else time.perf_counter() - self._t0) if (self.timed and self._t0 is not None) else None
     prev, self._prev = self._prev, k
     if k == 0:       # plain steps time the unit every cost is priced in, and teach nothing about acceptance
         w, tw = first or (0, 0.0)

@@ -558,10 +558,10 @@ int smallem_round(pass_args *t, pass_args *m, int draft, int K, const long *ints
    (at most maxr): the caller has given both caches pages for each row's whole text, so only lengths move, and they are
    kept here: the target's starts (t's), the module's (m's) or the draft model's true length (ptrue), each row's last token,
    the tokens it may still emit, and the next round's ks (knext). toks [B, cap]: the tokens each row emitted, in order;
-   log [rounds, B, 2]: each round's ks and guesses kept, per row; u advances by B (2K + 1) uniforms a round. Returns the
-   rounds run, or -1 (a token outside the vocabulary). */
+   log [rounds, B, 2]: each round's ks and guesses kept, per row; rsecs [rounds]: each round's seconds; u advances by
+   B (2K + 1) uniforms a round. Returns the rounds run, or -1 (a token outside the vocabulary). */
 int smallem_rounds(pass_args *t, pass_args *m, int draft, int K, int maxr, long *ints, long *io, double *secs,
-                   float temp, const double *u, float *q, int mode, long *toks, long cap, long *log) {
+                   float temp, const double *u, float *q, int mode, long *toks, long cap, long *log, double *rsecs) {
   const int B = t->B, T = K + 1;
   long *tst = (long *)t->starts, *tnn = (long *)t->nnew, *mst = draft ? NULL : (long *)m->starts;
   long *ks = ints, *last = ints + B, *rem = ints + 2 * B, *ptrue = ints + 3 * B;
@@ -570,6 +570,7 @@ int smallem_rounds(pass_args *t, pass_args *m, int draft, int K, int maxr, long 
   secs[0] = secs[1] = secs[2] = 0;
   for (int b = 0; b < B; b++) cnt[b] = 0;
   while (r < maxr) {
+    double r0 = omp_get_wtime();
     for (int b = 0; b < B; b++) tnn[b] = ks[b] + 1;
     if (smallem_round(t, m, draft, K, ints, io, s3, temp, temp > 0 ? u + (long)r * B * (2 * K + 1) : NULL, q, mode)) return -1;
     for (int i = 0; i < 3; i++) secs[i] += s3[i];
@@ -583,7 +584,7 @@ int smallem_rounds(pass_args *t, pass_args *m, int draft, int K, int maxr, long 
       ks[b] = knext[b]; if (ks[b] > kmax) kmax = ks[b];
       if (rem[b] <= 0) stop = 1;
     }
-    r++;
+    rsecs[r++] = omp_get_wtime() - r0;
     if (stop || kmax == 0) break;
   }
   return r;
@@ -651,7 +652,7 @@ def load_kernel(required:bool=False):
                                        + [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p])
         lib.smallem_round.argtypes = [ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
         lib.smallem_rounds.argtypes = ([ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-                                       + [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p])
+                                       + [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p])
         lib.smallem_work_floats.restype = ctypes.c_long
         lib.smallem_work_floats.argtypes = [ctypes.c_int] * 5
         lib.smallem_gemm.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
@@ -792,7 +793,7 @@ def _chain(self:FusedPass, a:PassArgs, B:int, chain:list[int], temperature:float
 def spec_round(self:FusedPass, cache, sids, pcache, psids, starts:list[int], pstarts:list[int], last:list[int], d:list[int], ks:list[int],
                rem:list[int], K:int, vocab:torch.Tensor|None=None, draft=None, ptrue:list[int]|None=None, temperature:float=0.0,
                u:torch.Tensor|None=None, q:torch.Tensor|None=None, mode:int=0, maxr:int=0):
-    "A round in one call (`smallem_round`), with the MTP module or, given `draft` (the draft model's `FusedPass`) and `ptrue` (its true text's length per row), a draft model; sampling (`temperature` > 0) with the uniforms `u` [B·(2K+1)] float64 and `q` [B, K, V], the laws of the guesses `d`, overwritten with those of the next ones (`mode`: the planted controls of `smallem_decide`). `starts`, `pstarts`: each row's true length in the target's cache and in the module's (a draft model's is `ptrue`). The caller has appended the target's pages (ks + 1 tokens a row) and the proposer's (up to 2K past its true text). `d`: the guesses [B·K] flat. Returns (the next guesses, flat; emitted tokens, -1 after, [B·(K+1)]; guesses kept [B]; next guesses that count [B]; seconds of the target's pass, of the decision and of the proposer's passes). With `maxr` > 0, rounds one after another in one call (`smallem_rounds`: the caches hold pages for each row's whole text; `u` holds maxr rounds' uniforms); returns (the next guesses; the next ks, last tokens, tokens left, draft models' true lengths; the target's and the module's true lengths; each round's [ks, kept] per row; the tokens each row emitted; the three clocks; the rounds run)."
+    "A round in one call (`smallem_round`), with the MTP module or, given `draft` (the draft model's `FusedPass`) and `ptrue` (its true text's length per row), a draft model; sampling (`temperature` > 0) with the uniforms `u` [B·(2K+1)] float64 and `q` [B, K, V], the laws of the guesses `d`, overwritten with those of the next ones (`mode`: the planted controls of `smallem_decide`). `starts`, `pstarts`: each row's true length in the target's cache and in the module's (a draft model's is `ptrue`). The caller has appended the target's pages (ks + 1 tokens a row) and the proposer's (up to 2K past its true text). `d`: the guesses [B·K] flat. Returns (the next guesses, flat; emitted tokens, -1 after, [B·(K+1)]; guesses kept [B]; next guesses that count [B]; seconds of the target's pass, of the decision and of the proposer's passes). With `maxr` > 0, rounds one after another in one call (`smallem_rounds`: the caches hold pages for each row's whole text; `u` holds maxr rounds' uniforms); returns (the next guesses; the next ks, last tokens, tokens left, draft models' true lengths; the target's and the module's true lengths; each round's [ks, kept] per row; the tokens each row emitted; the three clocks; each round's seconds)."
     c, B, T, nth = self.cfg, len(sids), K + 1, torch.get_num_threads()
     R, D, V, owner = B * T, c.dim, c.vocab_size, draft or self
     Pt, Pm = -(-cache.max_len // cache.page_size), -(-pcache.max_len // pcache.page_size)   # page tables as wide as the longest text: a fixed layout
@@ -829,13 +830,13 @@ def spec_round(self:FusedPass, cache, sids, pcache, psids, starts:list[int], pst
     uq = (float(temperature), u.data_ptr() if sampled else None, q.data_ptr() if sampled else None, mode)
     if maxr:
         if sampled and u.numel() < maxr * B * (2 * K + 1): raise SmallemError(f"{maxr} sampled rounds need {maxr * B * (2 * K + 1)} uniforms")
-        cap = max(rem); toks, log = (ctypes.c_long * (B * cap))(), (ctypes.c_long * (maxr * B * 2))()
+        cap = max(rem); toks, log, rs = (ctypes.c_long * (B * cap))(), (ctypes.c_long * (maxr * B * 2))(), (ctypes.c_double * maxr)()
         r = self.lib.smallem_rounds(ctypes.byref(t), ctypes.byref(m), int(draft is not None), K, maxr, p_ints, p_io, secs, *uq,
-                                    ctypes.addressof(toks), cap, ctypes.addressof(log))
+                                    ctypes.addressof(toks), cap, ctypes.addressof(log), ctypes.addressof(rs))
         if r < 0: _bad_token(V)
         i_ints = i_io - 4 * B; blk, io, lg = ints[i_ints:i_io], ints[i_io:i_io + B * K], log[:r * B * 2]
         return (io, blk[:B], blk[B:2 * B], blk[2 * B:3 * B], blk[3 * B:], ints[B * Pt:B * Pt + B], ints[i_ints - B:i_ints],
-                [lg[j:j + 2 * B] for j in range(0, len(lg), 2 * B)], [toks[b * cap:(b + 1) * cap] for b in range(B)], (secs[0], secs[1], secs[2]), r)
+                [lg[j:j + 2 * B] for j in range(0, len(lg), 2 * B)], [toks[b * cap:(b + 1) * cap] for b in range(B)], (secs[0], secs[1], secs[2]), rs[:r])
     if self.lib.smallem_round(ctypes.byref(t), ctypes.byref(m), int(draft is not None), K, p_ints, p_io, secs, *uq): _bad_token(V)
     io = ints[i_io:]
     return io[:B * K], io[B * K:B * K + R], io[B * K + R:B * K + R + B], io[B * K + R + B:], secs[0], secs[1], secs[2]
@@ -872,7 +873,7 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
             q, V, mode, ubuf = None, self.cfg.vocab_size, _MODES[residual], {}
             while rows:
                 t0 = clock()
-                kr = k if k_policy is None else k_policy.choose()
+                kr = k if k_policy is None else k_policy.choose(); tc = clock()
                 ks = [min(kr, budget[b] - len(out[b]) - 1) for b in rows]
                 tp['bookkeeping'] += clock() - t0
                 if max(ks) == 0:                      # plain steps: the policy's choice, or one token left in every row
@@ -902,12 +903,13 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
                     ts, ps = [sids[b] for b in rows], [proposer.sids[b] for b in rows]
                     tl, ml = [cache.lens[s] for s in ts], [pc.lens[s] for s in ps]
                     rem, u = [budget[b] - len(out[b]) for b in rows], None
-                    if k_policy is None:              # rounds one after another in one call, until a row is done or no row has a guess to verify
-                        maxr = max(rem)               # each round emits a token a row at least
+                    ahead = 0 if k_policy is None else getattr(k_policy, 'steps', 1)   # a policy's k may last several rounds
+                    if k_policy is None or ahead > 1:   # rounds one after another in one call, until a row is done or no row has a guess to verify
+                        maxr = max(rem) if k_policy is None else min(max(rem), ahead)   # each round emits a token a row at least
                         if temperature > 0: u = torch.rand(maxr * B * (2 * K + 1), generator=generator, dtype=torch.float64)   # in the order the rounds read them
                         cache.append(ts, [cap[b] - n for b, n in zip(rows, tl)])                   # pages for each row's whole text: only lengths move
                         pc.append(ps, [min(pc.max_len, cap[b] + 2 * k) - n for b, n in zip(rows, ml)])
-                        d, kn, lastn, _, ptn, tst, mst, rl, toks, (sv, sd, sp), r = self.spec_round(
+                        d, kn, lastn, _, ptn, tst, mst, rl, toks, (sv, sd, sp), rs = self.spec_round(
                             cache, ts, pc, ps, tl, ml, [last[b] for b in rows], d, ks, rem, K, proposer.vocab, draft,
                             None if mtp else [pt[b] for b in rows], temperature, u, q, mode, maxr)
                         for i, b in enumerate(rows):
@@ -916,6 +918,9 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
                             if mtp: pc.keep(ps[i], mst[i])
                             else: pt[b] = ptn[i]; pc.keep(ps[i], pt[b] + max(kn[i] - 1, 0))
                         log += [(K, x[0::2], x[1::2]) for x in rl]
+                        if k_policy is not None:   # each round's own seconds, the first with the Python before and after the call
+                            extra = clock() - tc - sum(rs)
+                            for j, x in enumerate(rl): k_policy.update(K, x[1::2], x[0::2], seconds=rs[j] + (extra if j == 0 else 0.0), more=j > 0)
                     else:
                         if temperature > 0:           # the decision's uniforms, then the next guesses': the loop of 05's order
                             u = ubuf.get((B, K))
