@@ -154,7 +154,7 @@ def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, b
 
 # %% ../nbs/10_bench.ipynb #276f0beb
 def _grid_row(key, lst, raw, costs, fast) -> dict:
-    "One row of the table: median speed and speed-up over the repeats, acceptance, and the cost model's prediction (each repeat priced at the machine's speed around it, as its plain steps show; the median)."
+    "One row of the table: median speed and speed-up over the repeats, acceptance, and the cost model's prediction (each repeat priced with its own acceptance, host time and plain steps; the median)."
     p, k, T, B = key
     tps = [res['tokens'] / res['seconds'] for res, _ in lst]
     sp = [res['tokens'] / res['seconds'] / bt for res, bt in lst]
@@ -174,8 +174,8 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
         for i, (res, bt) in enumerate(lst):   # each repeat priced with the plain steps run around it
             st = res['stats']; alphas = [a / n if n else 0.0 for a, n in zip(st.pos_accepted, st.pos_proposed)]
             t_step = step(bases, i)
-            drift = t_step / cst['t_step'][T] if cst.get('t_step') else 1.0   # how much slower this machine ran now than while the costs were measured
-            t1 = cst['t1'] * drift
+            drift = t_step / cst['t_step'][T] if cst.get('t_step') else 1.0   # the plain loop now over while the costs were measured: recorded, not used (below)
+            t1 = cst['t1']
             t_unit = rho * t1 if rho is not None else step(g0s, i)   # the verify pass as the loop paid it, else a plain step without sampling
             host = st.t_host / st.rounds                               # host time per round, measured in the run
             occ = st.row_rounds / res['row_slots']                     # < 1 at batch > 1: the batch waits for its slowest row
