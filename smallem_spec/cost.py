@@ -132,7 +132,7 @@ def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=
             self._tp = (self._tp + [(dt - tw) / (steps - w)])[-9:]; self.t_plain = sorted(self._tp)[len(self._tp) // 2]
             if w and prev != 0:   # what those first steps paid beyond the unit: part of what a probe costs
                 self._sw = (self._sw + [tw / self.t_plain - w])[-9:]; self.switch = max(0.0, sorted(self._sw)[len(self._sw) // 2])
-        self._left = 0 if self._timing else max(0, self.steps - steps)     # the rest of a stretch goes on in the next text
+        self._left = 0 if (self._timing or self.k != 0) else max(0, self.steps - steps)   # the rest of a stretch goes on in the next text (not the steps of rounds that had no guess left to make)
         return
     if dt is not None and self.t_plain and prev == 0 and k in self.costs:   # after plain steps the proposer catches up: what that costs
         self._cu = (self._cu + [dt / self.t_plain - self.costs[k]])[-9:]; self.catchup = max(0.0, sorted(self._cu)[len(self._cu) // 2])
