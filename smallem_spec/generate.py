@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_generate.ipynb #56622152
 from __future__ import annotations
-import argparse, math, time
+import argparse, math, os, time
 import torch
 from .core import SmallemError, preset_name, argmax, sample_probs, sync
 from .corpus import load_tokenizer, validation_prompts
@@ -13,7 +13,8 @@ from .fused import load_kernel, sample_logits
 
 # %% auto #0
 __all__ = ['check_temperature', 'probs_at', 'take_rows', 'next_token', 'Sampling', 'sampling', 'filter_probs', 'draw',
-           'check_prompts', 'pages_needed', 'prefill', 'generate', 'pass_times', 'generate_cli']
+           'check_prompts', 'pages_needed', 'prefill', 'chains', 'plain_chain', 'generate', 'pass_times',
+           'generate_cli']
 
 # %% ../nbs/04_generate.ipynb #60a7fd0a
 def check_temperature(temperature:float):
@@ -130,6 +131,18 @@ def prefill(model:Smallem, cache, sids:list, prompts:list[list[int]], **kw):  # 
     last = take_rows(logits, [len(p) - 1 for p in prompts])
     return (last, out[1]) if isinstance(out, tuple) else last
 
+def chains(model, temperature) -> bool:
+    "Whether `plain_chain` applies: the fused CPU library under the model (`12a_fused_cpu`), a plain temperature (no filters), and not `SMALLEM_ROUNDS=python`."
+    return (getattr(model, 'fused', None) is not None and hasattr(model, 'chain') and type(temperature) in (int, float)
+            and (temperature == 0 or model.cfg.vocab_size % 16 == 0) and os.environ.get('SMALLEM_ROUNDS', 'fused') == 'fused')
+
+def plain_chain(model, tok:torch.Tensor, cache, sids:list, m:int, temperature:float=0.0, generator=None, hidden:bool=False):  # [B] -> [B, m] (, [B, m, D])
+    "m plain steps after the tokens `tok` (emitted, not yet read) in one call of the fused library: the tokens the loop of `generate` would emit, the same draws from `generator` in the same order; with `hidden`, the hidden state of each step's pass too."
+    B = len(sids)
+    u = torch.rand(m, B, generator=generator, dtype=torch.float64).t() if temperature > 0 else None   # step by step, as the loop draws them
+    res = model.chain(tok[:, None], cache, sids, [1] * B, [m] * B, temperature=temperature, uniforms=u, states=hidden)
+    return (res[0], res[2]) if hidden else res[0]
+
 @torch.inference_mode()
 def generate(model:Smallem, prompts:list[list[int]], max_new_tokens:int, temperature:float=0.0,
              generator:torch.Generator|None=None, return_stats:bool=False,
@@ -147,9 +160,11 @@ def generate(model:Smallem, prompts:list[list[int]], max_new_tokens:int, tempera
     try:
         tok = next_token(prefill(model, cache, sids, prompts), temperature, generator)
         out[:, 0] = tok
-        for i in range(1, n_new):
-            tok = next_token(take_rows(model(tok[:, None], cache, sids), [0] * B), temperature, generator)
-            out[:, i] = tok
+        if n_new > 1 and chains(model, temperature): out[:, 1:] = plain_chain(model, tok, cache, sids, n_new - 1, temperature, generator)
+        else:
+            for i in range(1, n_new):
+                tok = next_token(take_rows(model(tok[:, None], cache, sids), [0] * B), temperature, generator)
+                out[:, i] = tok
         stats['passes'] = n_new
     finally:
         for s in sids: cache.free(s)

@@ -13,7 +13,7 @@ from .model import Smallem
 from .fused import load_kernel, decide_sampled
 from .core import argmax, sync
 from .verify import _greedy, _greedy_row, _sampled
-from .generate import take_rows, check_prompts, check_temperature, next_token, probs_at, prefill, draw, sampling, Sampling
+from .generate import take_rows, check_prompts, check_temperature, next_token, probs_at, prefill, draw, sampling, Sampling, chains, plain_chain
 
 # %% auto #0
 __all__ = ['PARTS', 'Proposer', 'draft_mask', 'vocab_note', 'DraftProposer', 'check_proposer', 'SpecStats', 'speculative_round',
@@ -264,6 +264,14 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
 # %% ../nbs/05_greedy.ipynb #f2b6caac
 def _plain_steps(target, cache, sids, last, m, temperature, generator, hidden:bool, mark:int=0, marks:list|None=None):
     "m plain steps of rows continuing from tokens `last`: the emitted tokens of each row, and the hidden states [A, m, D] if asked (`marks` receives the clock as step `mark` begins)."
+    if chains(target, temperature):   # one call of the fused library for each run of steps (two where a step is marked)
+        x, xs, hs = torch.tensor(last), [], []
+        for n in ([mark, m - mark] if marks is not None and 0 < mark < m else [m]):
+            if xs: marks.append(time.perf_counter())
+            r = plain_chain(target, x, cache, sids, n, temperature, generator, hidden)
+            if hidden: r, h = r; hs.append(h)
+            xs.append(r); x = r[:, -1]
+        return torch.cat(xs, 1).tolist(), (torch.cat(hs, 1) if hidden else None)
     x, xs, hs = torch.tensor([[t] for t in last], device=target.device), [], []
     for i in range(m):
         if marks is not None and i == mark: marks.append(time.perf_counter())

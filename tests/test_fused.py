@@ -1,6 +1,6 @@
 """The fused CPU kernel: same function as the reference, one token's logits independent of the rows it shares a pass
 with (with fp32 panels and with a proposer's fp16 panels), the bf16 pair product and its rows, bf16 passes (close to the model, rows independent, greedy identity), proposer chains equal to step-by-step passes, the sampling rule exact (with its planted bias rejected), the
-policy that stops speculating where it does not pay, greedy and sampled rounds run as one call of the library each (the texts and
+policy that stops speculating where it does not pay, plain decoding as one call of the library (the loop's tokens and draws), greedy and sampled rounds run as one call of the library each (the texts and
 statistics of the loop of 05_greedy; at T = 1 the same texts from the same draws, the accept-everything control rejected), and the fallback when the kernel cannot be used.
 Statistics: 7 chi-squared tests at 0.1% (6 per-position, 1 of the sampler), so a false-failure rate of at most 0.7% for the file;
 the sampled rounds' agreement with the loop of 05 fails only if 5 of its 16 texts meet a last-bit edge (each about 1 in 60,
@@ -202,6 +202,36 @@ def test_sample_logits_is_exact():
         exp = p.double().numpy() * 200_000
         stat = ((obs - exp) ** 2 / exp).sum()
         assert (stat < ss.chi2.ppf(0.999, 31)) == want, f"chi2 {stat:.1f}, want {'pass' if want else 'reject'} (false-failure rate 0.1%)"
+
+@pytest.mark.parametrize('T', [0.0, 1.0])
+def test_plain_chain_equals_the_loop(fast, prompts, monkeypatch, T):
+    "Plain decoding as one call of the library (`plain_chain`) emits the loop's tokens from the same draws, one row or three of"
+    " different lengths, and the plain steps of a policy (a clock mark between two calls, hidden states for the MTP module)"
+    " equal the loop's; drawing the uniforms row by row instead of step by step (a planted fault) changes the sampled texts."
+    from smallem_spec.spec import _plain_steps
+    t = fast['target']; batches = [prompts[:1], [prompts[1], prompts[2][:20], prompts[3][:27]]]
+    def run(mode, fn):
+        monkeypatch.setenv('SMALLEM_ROUNDS', mode); return [fn(b, torch.Generator().manual_seed(i)) for i, b in enumerate(batches)]
+    gen = lambda b, g: generate(t, b, 60, T, g)
+    assert run('fused', gen) == run('python', gen)
+    def steps(b, g):
+        with torch.inference_mode():
+            c = t.new_cache(capacity=[len(p) + 40 for p in b]); s = [c.new_seq() for _ in b]
+            t(torch.tensor([p[:min(map(len, b))] for p in b]), c, s)
+            marks = []; toks, h = _plain_steps(t, c, s, [5] * len(b), 30, T, g, True, 7, marks)
+            return toks, h, len(marks), [c.length(x) for x in s]
+    fused, loop = run('fused', steps), run('python', steps)
+    for (a, ha, ma, la), (b, hb, mb, lb) in zip(fused, loop):
+        assert a == b and torch.equal(ha, hb) and ma == mb == 1 and la == lb
+    if T:   # the planted fault: the chain's uniforms drawn row by row
+        def rowwise(b, g):
+            with torch.inference_mode():
+                c = t.new_cache(capacity=[len(p) + 40 for p in b]); s = [c.new_seq() for _ in b]
+                t(torch.tensor([p[:min(map(len, b))] for p in b]), c, s)
+                u = torch.rand(len(b), 30, generator=g, dtype=torch.float64)
+                return t.chain(torch.tensor([[5]] * len(b)), c, s, [1] * len(b), [30] * len(b), temperature=T, uniforms=u)[0].tolist()
+        monkeypatch.setenv('SMALLEM_ROUNDS', 'fused')
+        assert rowwise(batches[1], torch.Generator().manual_seed(1)) != [x for x in loop[1][0]]
 
 def test_adaptive_stops_a_proposer_that_never_pays(fast, prompts):
     "A proposer that is never accepted, one policy over three texts (as the benchmark keeps it): after its first rounds"
