@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 from .core import SmallemError, preset_name, argmax, sample_probs, sync, median_time, check_writable
 from .corpus import validation_prompts
 from .train import load_or_train
-from .generate import generate, pass_times, probs_at, sampling
+from .generate import generate, pass_times, probs_at, sampling, chains
 from .fused import cpu_info, load_kernel, decide_sampled
 from .fast import FastSmallem
 from .verify import _sampled, _greedy, _greedy_row
@@ -202,7 +202,7 @@ def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx,
     return dict(preset=preset, prompts=n_prompts, prompt_tokens=32, new_tokens=new_tokens, repeats=repeats, cost_context=ctx,
                 device=str(target.device), cpu=cpu_info()['model'], cpu_info=cpu_info(), kernel=getattr(target, 'kernel', 'reference'),
                 drafter_panels=('bf16' if precision == 'bf16' else 'fp16') if getattr(target, 'kernel', None) == 'fused' else 'as the target',   # DraftProposer's view (12a_fused_cpu)
-                precision=precision,
+                precision=precision, plain='one call' if chains(target, 0.0) else 'step by step',   # how the target alone ran (04_generate)
                 threads=torch.get_num_threads(), torch=torch.__version__, gpu=torch.cuda.get_device_name() if target.device.type == 'cuda' else None,
                 costs={str(b): {'t1_ms': round(c['t1'] * 1e3, 3), 't_step_ms': {str(T): round(x * 1e3, 4) for T, x in c.get('t_step', {}).items()}, 'v': r3(c['v']), 'c': r3(c['c']), 'c0': r3(c['c0']),
                                 'rho': {str(T): {p: round(x, 3) for p, x in d.items()} for T, d in c.get('rho', {}).items()},
@@ -255,6 +255,7 @@ def format_table(result:dict) -> str:
     m = result['meta']
     lines.append(f"{m['prompts']} prompts x {m['new_tokens']} new tokens, median of {m['repeats']}, {m.get('path', 'reference')} path"
                  f"{' (' + m['kernel'] + ' kernel' + (', bf16' if m.get('precision') == 'bf16' else '') + ')' if m.get('kernel') else ''}, {m['device']} ({m['gpu'] or m['cpu']}, {m['threads']} threads), torch {m['torch']}"
+                 + f"; the target alone {'in one call of the library' if m.get('plain') == 'one call' else 'step by step from Python'}"
                  + (f"; sampled rows filtered by {', '.join(f'{n} = {v}' for n, v in m['filters'].items())}" if m.get('filters') else ''))
     lines.append(verdict(result))
     return '\n'.join(lines)
