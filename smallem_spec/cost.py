@@ -68,6 +68,7 @@ class AdaptiveK:
                  backoff:int=2,            # how much longer each stretch of plain steps is than the last, after a probe that failed
                  probe_share:float=0.03,   # and at least long enough that the next probe is expected to lose no more than this share of it
                  warm:int=4,               # plain steps of a stretch not timed as the unit (caches still full of the proposer's weights)
+                 timed_steps:int=16,       # plain steps a timing stretch times after those (one call of the library on a CPU: its own cost spread thin)
                  ahead:int=8):             # rounds a k chosen outside probes lasts where the loop runs rounds in one call (12a_fused_cpu); the loop of 05 asks every round
         if kmax < 1: raise SmallemError(f"kmax must be >= 1 (got {kmax})")
         self.kmax, self.c, self.v, self.host, self.decay, self.prior = kmax, c, v, host, decay, prior
@@ -78,7 +79,7 @@ class AdaptiveK:
         self.t_plain, self.rounds, self._t0, self._prev, self._hs, self.costs, self._left = None, 0, None, 0, [], {}, 0
         self.timed_rounds, self._ts, self._tp = {}, {}, []   # k -> rounds of that k timed so far, the last costs timed; the last plain timings
         self.catchup, self._cu = 0.0, []                # what a probe's first round pays beyond a usual round (plain steps), its last values
-        self.warm, self.switch, self._sw, self._timing = warm, 0.0, [], False   # what the first `warm` plain steps after rounds pay beyond the unit
+        self.warm, self.timed_steps, self.switch, self._sw, self._timing = warm, timed_steps, 0.0, [], False   # what the first `warm` plain steps after rounds pay beyond the unit
         self.ahead = max(1, ahead)
 
     def alphas(self):
@@ -108,7 +109,7 @@ def choose(self:AdaptiveK) -> int:
     if not self.timed:                              # no clock (simulations): probe once every probe_every rounds
         if g[k] < 1.0 and self.rounds % self.probe_every: k = 0
     elif self._left > 0: k, self.steps, self._left = 0, self._left, 0          # a stretch the end of a text cut short
-    elif self.t_plain is None or self.rounds % self.plain_every == 0: k, self.steps, self._timing = 0, self.warm + 4, True   # time plain steps
+    elif self.t_plain is None or self.rounds % self.plain_every == 0: k, self.steps, self._timing = 0, self.warm + self.timed_steps, True   # time plain steps
     elif self._burst > 0: self.steps = self._burst; self._burst -= 1; k = max(k, self.k0)   # a probe: speculate, at least k0 guesses (one guess tells little of the next)
     elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3:   # no k pays, by what the best one was seen to cost
         loss = self.probe_rounds * self.cost(k) * (1 - g[k]) + self.catchup + self.switch   # plain steps the next probe is expected to lose (at k)

@@ -923,9 +923,9 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
                             if mtp: pc.keep(ps[i], mst[i])
                             else: pt[b] = ptn[i]; pc.keep(ps[i], pt[b] + max(kn[i] - 1, 0))
                         log += [(K, x[0::2], x[1::2]) for x in rl]
-                        if k_policy is not None:   # each round's own seconds, the first with the Python before and after the call
-                            extra = clock() - tc - sum(rs)
-                            for j, x in enumerate(rl): k_policy.update(K, x[1::2], x[0::2], seconds=rs[j] + (extra if j == 0 else 0.0), more=j > 0)
+                        if k_policy is not None:   # each round's own seconds and its share of the Python before and after the call
+                            extra = (clock() - tc - sum(rs)) / len(rl)
+                            for j, x in enumerate(rl): k_policy.update(K, x[1::2], x[0::2], seconds=rs[j] + extra, more=j > 0)
                     else:
                         if temperature > 0:           # the decision's uniforms, then the next guesses': the loop of 05's order
                             u = ubuf.get((B, K))
