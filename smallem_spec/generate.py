@@ -136,12 +136,20 @@ def chains(model, temperature) -> bool:
     return (getattr(model, 'fused', None) is not None and hasattr(model, 'chain') and type(temperature) in (int, float)
             and (temperature == 0 or model.cfg.vocab_size % 16 == 0) and os.environ.get('SMALLEM_ROUNDS', 'fused') == 'fused')
 
+_CHAIN_FLOATS = 1 << 22   # sampled: the laws a call writes (steps x rows x vocabulary) stay under 16 MB; longer runs take several calls
+
 def plain_chain(model, tok:torch.Tensor, cache, sids:list, m:int, temperature:float=0.0, generator=None, hidden:bool=False):  # [B] -> [B, m] (, [B, m, D])
-    "m plain steps after the tokens `tok` (emitted, not yet read) in one call of the fused library: the tokens the loop of `generate` would emit, the same draws from `generator` in the same order; with `hidden`, the hidden state of each step's pass too."
-    B = len(sids)
-    u = torch.rand(m, B, generator=generator, dtype=torch.float64).t() if temperature > 0 else None   # step by step, as the loop draws them
-    res = model.chain(tok[:, None], cache, sids, [1] * B, [m] * B, temperature=temperature, uniforms=u, states=hidden)
-    return (res[0], res[2]) if hidden else res[0]
+    "m plain steps after the tokens `tok` (emitted, not yet read) in one call of the fused library (sampled, one per `_CHAIN_FLOATS` of laws): the tokens the loop of `generate` would emit, the same draws from `generator` in the same order; with `hidden`, the hidden state of each step's pass too."
+    B, toks, hs, done = len(sids), [], [], 0
+    n = m if temperature == 0 else max(1, _CHAIN_FLOATS // (B * model.cfg.vocab_size))
+    while done < m:
+        s = min(n, m - done)
+        u = torch.rand(s, B, generator=generator, dtype=torch.float64).t() if temperature > 0 else None   # step by step, as the loop draws them
+        res = model.chain(tok[:, None], cache, sids, [1] * B, [s] * B, temperature=temperature, uniforms=u, states=hidden)
+        toks.append(res[0]); tok = res[0][:, -1]; done += s
+        if hidden: hs.append(res[2])
+    out = torch.cat(toks, 1)
+    return (out, torch.cat(hs, 1)) if hidden else out
 
 @torch.inference_mode()
 def generate(model:Smallem, prompts:list[list[int]], max_new_tokens:int, temperature:float=0.0,

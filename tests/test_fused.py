@@ -213,7 +213,12 @@ def test_plain_chain_equals_the_loop(fast, prompts, monkeypatch, T):
     def run(mode, fn):
         monkeypatch.setenv('SMALLEM_ROUNDS', mode); return [fn(b, torch.Generator().manual_seed(i)) for i, b in enumerate(batches)]
     gen = lambda b, g: generate(t, b, 60, T, g)
-    assert run('fused', gen) == run('python', gen)
+    loop = run('python', gen)
+    assert run('fused', gen) == loop
+    if T:   # sampled runs longer than one call's laws: several calls, the same draws
+        import smallem_spec.generate as G
+        monkeypatch.setattr(G, '_CHAIN_FLOATS', 7 * 3 * t.cfg.vocab_size)   # 7 steps a call at 3 rows, 21 at one
+        assert run('fused', gen) == loop
     def steps(b, g):
         with torch.inference_mode():
             c = t.new_cache(capacity=[len(p) + 40 for p in b]); s = [c.new_seq() for _ in b]
