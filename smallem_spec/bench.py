@@ -14,7 +14,7 @@ from .corpus import validation_prompts
 from .train import load_or_train
 from .generate import generate, pass_times, probs_at, sampling, chains
 from .fused import cpu_info, load_kernel, decide_sampled
-from .fast import FastSmallem
+from .fast import FastSmallem, kernel_times
 from .verify import _sampled, _greedy, _greedy_row
 from .spec import speculative_generate, SpecStats
 from .mtp import PROPOSERS, DRAFTERS, parse_proposer, make_proposer
@@ -66,10 +66,12 @@ def decide_time(batch:int, k:int, vocab:int, temperature:float, reps:int=30, dev
 # %% ../nbs/10_bench.ipynb #827bb48a
 def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, temperatures=(0.0,), rounds:int=3, preset=None,
                   context:int=200, lengths=(48, 200)) -> dict:
-    "t(1) and v(k) for k = 0..kmax with `context` tokens cached, each proposer's in-loop cost (c0, c) per temperature, how much dearer than v(k) t(1) the verify pass of its rounds is in the loop (`rho`), the token arithmetic s(k) and a plain step of the loop (`t_step`) per temperature, at one batch size (medians of `rounds` interleaved measurements)."
+    "t(1) and v(k) for k = 0..kmax with `context` tokens cached (on the fused kernel its own passes, as the library's rounds run them; else passes called from Python: `timer`), each proposer's in-loop cost (c0, c) per temperature, how much dearer than v(k) t(1) the verify pass of its rounds is in the loop (`rho_k` for each k: measured at k = 1 and kmax, straight between; `rho` their mean), the token arithmetic s(k) and a plain step of the loop (`t_step`) per temperature, at one batch size (medians of `rounds` interleaved measurements)."
     ts, cs, steps = [], [], []
+    kernel = getattr(target, 'fused', None) is not None
     for _ in range(rounds):
-        t = pass_times(target, tuple(range(1, kmax + 2)), context=context, batch=batch); ts.append(t)
+        Ts = tuple(range(1, kmax + 2))
+        t = kernel_times(target, Ts, context, batch=batch) if kernel else pass_times(target, Ts, context=context, batch=batch); ts.append(t)
         chunks = [prompts[i:i + batch] for i in range(0, min(len(prompts), 4 * batch), batch)]   # B = 1: four texts, one by one
         steps.append({T: (lambda r: r['seconds'] / r['passes'])(run_config(target, models, sum(chunks, []), lengths[1], 'none', 0, T, batch, None))
                       for T in temperatures})   # a plain step meanwhile: the grid's rows compare their own with it (the machine's drift)
@@ -78,9 +80,11 @@ def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, 
     t = {T: statistics.median(x[T] for x in ts) for T in ts[0]}
     prop = {T: {p: [statistics.median(x[T, p][i] for x in cs) / t[1] for i in (0, 1)] for p in proposers} for T in temperatures}
     v = {k: statistics.median(x[k + 1] / x[1] for x in ts) for k in range(kmax + 1)}
-    rho = {T: {p: statistics.mean(statistics.median(x[T, p][2][k] for x in cs) / (v[k] * t[1]) for k in (1, kmax)) for p in proposers}
-           for T in temperatures}   # the verify pass as the loop pays it (the proposer's weights just read, the call around it) over the microbenchmark's
-    out = {'t1': t[1], 'v': v, 'rho': rho, 't_step': {T: statistics.median(x[T] for x in steps) for T in temperatures},
+    ends = {T: {p: [statistics.median(x[T, p][2][k] for x in cs) / (v[k] * t[1]) for k in (1, kmax)] for p in proposers} for T in temperatures}
+    rho_k = {T: {p: {k: a + (b - a) * (k - 1) / (kmax - 1) for k in range(1, kmax + 1)} for p, (a, b) in d.items()} for T, d in ends.items()}
+    rho = {T: {p: statistics.mean(e) for p, e in d.items()} for T, d in ends.items()}   # the verify pass as the loop pays it (the proposer's weights just read) over the microbenchmark's
+    out = {'t1': t[1], 'v': v, 'rho': rho, 'rho_k': rho_k, 'timer': 'kernel' if kernel else 'call',
+           't_step': {T: statistics.median(x[T] for x in steps) for T in temperatures},
            'prop': prop, 'c': {p: prop[temperatures[0]][p][1] for p in proposers}, 'c0': {p: prop[temperatures[0]][p][0] for p in proposers},
            's': {T: {k: decide_time(batch, k, target.cfg.vocab_size, T, device=target.device) / t[1] for k in range(1, kmax + 1)}
                  for T in temperatures}}
@@ -90,6 +94,13 @@ def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, 
     return out
 
 # %% ../nbs/10_bench.ipynb #223f889b
+def _rho(costs, T, p):
+    "k -> how much dearer the verify pass of a round at k is in the loop than v(k) t(1): per k where measured so, else one figure, else 1."
+    d = costs.get('rho_k', {}).get(T, {}).get(p)
+    if d: return lambda k: d[min(k, max(d))]
+    r = costs.get('rho', {}).get(T, {}).get(p)
+    return lambda k: 1.0 if r is None else r
+
 def run_config(target, models, prompts, new_tokens, proposer, k, temperature, batch, costs, seed=0) -> dict:
     "Run one configuration once; returns seconds, tokens, texts and pooled stats."
     dev = target.device
@@ -98,8 +109,8 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
     pol, kk = None, k
     if k == 'adaptive':   # one policy for the whole row: what it learns of this machine and proposer carries from prompt to prompt
         kk = 6; s = costs['s_lookup' if proposer == 'ngram' else 's'][temperature]
-        c0, c = costs['prop'][temperature][proposer]; rho = costs.get('rho', {}).get(temperature, {}).get(proposer, 1.0)
-        pol = AdaptiveK(kk, c, lambda j: costs['v'][j] * rho + s[j] + c0)   # the verify pass as the loop pays it
+        c0, c = costs['prop'][temperature][proposer]; rho = _rho(costs, temperature, proposer)
+        pol = AdaptiveK(kk, c, lambda j: costs['v'][j] * rho(j) + s[j] + c0)   # the verify pass as the loop pays it
     for i, ch in enumerate(chunks):
         g = torch.Generator(dev).manual_seed(seed + i)
         sync(dev); t0 = time.perf_counter()
@@ -116,11 +127,12 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
 
 # %% ../nbs/10_bench.ipynb #b7c35fc5
 def _predict(alphas, ks_used, c, v, t_step, host, s=None, occupancy:float=1.0, t_unit=None, t1=None, c0:float=0.0):
-    "occupancy · E(α_1..α_k) · t_step / (v(k)·t_unit + (c0 + k·c + s(k))·t1 + host), summed over the rounds' k (k = 0: a plain step, one token for t_step + host)."
+    "occupancy · E(α_1..α_k) · t_step / (v(k)·t_unit + (c0 + k·c + s(k))·t1 + host), summed over the rounds' k (k = 0: a plain step, one token for t_step + host); `t_unit` a number or a function of k."
     if not ks_used: return None
-    t_unit = t_unit or t_step; t1 = t1 or t_unit
+    unit = t_unit if callable(t_unit) else (lambda k, u=t_unit or t_step: u)
+    t1 = t1 or (t_step if callable(t_unit) else t_unit or t_step)
     num = sum(expected_tokens_pos(alphas[:k]) if k else 1.0 for k in ks_used) * t_step * occupancy
-    den = sum((v[k] * t_unit + (c0 + k * c + (s[k] if s else 0.0)) * t1 if k else t_step) + host for k in ks_used)
+    den = sum((v[k] * unit(k) + (c0 + k * c + (s[k] if s else 0.0)) * t1 if k else t_step) + host for k in ks_used)
     return num / den
 
 # %% ../nbs/10_bench.ipynb #9abaaae6
@@ -167,7 +179,7 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
         if k != 'reference':   # the target alone ran before and after each group: how far apart is this machine's noise
             row['baseline_spread'] = round(max(abs(a - b) / ((a + b) / 2) for a, b in zip(tps[::2], tps[1::2])), 3)
     else:
-        cst = costs[B]; c0, c = cst['prop'][T][p]; rho = cst.get('rho', {}).get(T, {}).get(p)
+        cst = costs[B]; c0, c = cst['prop'][T][p]; rho = _rho(cst, T, p) if ('rho_k' in cst or 'rho' in cst) else None
         bases, g0s = raw[('none', 0, T, B)], raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)])
         step = lambda runs, i: statistics.mean(b['seconds'] / b['passes'] for b, _ in runs[2 * i:2 * i + 2])   # a plain step around repeat i, loop and prefill included
         reps = []
@@ -176,7 +188,7 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
             t_step = step(bases, i)
             drift = t_step / cst['t_step'][T] if cst.get('t_step') else 1.0   # the plain loop now over while the costs were measured: recorded, not used (below)
             t1 = cst['t1']
-            t_unit = rho * t1 if rho is not None else step(g0s, i)   # the verify pass as the loop paid it, else a plain step without sampling
+            t_unit = (lambda kk, t1=t1: rho(kk) * t1) if rho is not None else step(g0s, i)   # the verify pass as the loop paid it at each k, else a plain step without sampling
             host = st.t_host / st.rounds                               # host time per round, measured in the run
             occ = st.row_rounds / res['row_slots']                     # < 1 at batch > 1: the batch waits for its slowest row
             pred = _predict(alphas, st.k_used, c, cst['v'], t_step, host, cst['s_lookup' if p == 'ngram' else 's'][T], occ, t_unit, t1, c0)
@@ -186,8 +198,8 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
         st, pp = m['st'], m['st'].pos_proposed
         row.update(alpha_per_position=[round(a, 4) if n else None for a, n in zip(m['alphas'], pp)],
                    host_per_round=round(m['host'] / m['t1'], 3), occupancy=round(m['occ'], 3), t_step_ms=round(m['t_step'] * 1e3, 4),
-                   t_unit_ms=round(m['t_unit'] * 1e3, 4), t1_ms=round(m['t1'] * 1e3, 4), drift=round(m['drift'], 3),
-                   tokens_per_round=round(st.tokens_per_round, 3), verify_scale=None if rho is None else round(rho, 3),
+                   t_unit_ms=round((m['t_unit'](k) if isinstance(k, int) else statistics.mean(m['t_unit'](j) for j in range(1, 7))) * 1e3 if callable(m['t_unit']) else m['t_unit'] * 1e3, 4), t1_ms=round(m['t1'] * 1e3, 4), drift=round(m['drift'], 3),
+                   tokens_per_round=round(st.tokens_per_round, 3), verify_scale=None if rho is None else round(rho(k) if isinstance(k, int) else statistics.mean(rho(j) for j in range(1, 7)), 3),
                    predicted_speedup=round(m['pred'], 3), c=round(c, 3), c0=round(c0, 3), mean_k=round(statistics.mean(st.k_used), 2),
                    identical=(last['texts'] == raw[('none', 0, T, B)][-1][0]['texts']) if T == 0 else None,
                    measured_over_predicted=round(statistics.median(x['ratio'] for x in reps), 3))   # each repeat against its own prediction
@@ -206,6 +218,7 @@ def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx,
                 threads=torch.get_num_threads(), torch=torch.__version__, gpu=torch.cuda.get_device_name() if target.device.type == 'cuda' else None,
                 costs={str(b): {'t1_ms': round(c['t1'] * 1e3, 3), 't_step_ms': {str(T): round(x * 1e3, 4) for T, x in c.get('t_step', {}).items()}, 'v': r3(c['v']), 'c': r3(c['c']), 'c0': r3(c['c0']),
                                 'rho': {str(T): {p: round(x, 3) for p, x in d.items()} for T, d in c.get('rho', {}).items()},
+                                'rho_k': {str(T): {p: r3(x) for p, x in d.items()} for T, d in c.get('rho_k', {}).items()}, 'timer': c.get('timer'),
                                 'prop': {str(T): {p: [round(x, 3) for x in cc] for p, cc in d.items()} for T, d in c['prop'].items()},
                                 's': {str(T): r3(s) for T, s in c['s'].items()}, 's_lookup': {str(T): r3(s) for T, s in c.get('s_lookup', {}).items()}}
                        for b, c in costs.items()},

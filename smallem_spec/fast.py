@@ -17,8 +17,8 @@ from .fused import FusedPass, fused_fits, load_kernel, cpu_info
 
 
 # %% auto #0
-__all__ = ['machine_rates', 'FastKVCache', 'scripted_blocks', 'FastSmallem', 'count_ops', 'step_times', 'kernel_bench',
-           'format_kernels', 'kernels_cli', 'pass_breakdown']
+__all__ = ['machine_rates', 'FastKVCache', 'scripted_blocks', 'FastSmallem', 'count_ops', 'kernel_times', 'step_times',
+           'kernel_bench', 'format_kernels', 'kernels_cli', 'pass_breakdown']
 
 # %% ../nbs/12_fast_path.ipynb #6d44fcee
 def _read_rates(size_mb:int, reps:int, device) -> tuple[float, float]:
@@ -363,42 +363,74 @@ def count_ops(model, T:int=1, context:int=200) -> int:
         with profile() as prof: model(x, cache, s)
     return sum(e.count for e in prof.key_averages() if e.key.startswith('aten::'))
 
-def step_times(variants:dict, Ts=(1, 2, 3, 4, 5, 8), reps:int=40, rounds:int=3) -> dict:
-    "Median pass time per variant and T, the variants measured in turn `rounds` times (interleaved)."
+@torch.inference_mode()
+def kernel_times(fast:FastSmallem, Ts=(1, 2, 4, 8), context:int=200, reps:int=40, batch:int=1) -> dict:
+    "Median seconds of the fused kernel's own pass over T new tokens for each of `batch` sequences with `context` tokens cached: the pass as the library's chains and rounds run it, with no Python call around it (`pass_times` times a call from Python)."
+    if getattr(fast, 'fused', None) is None: raise SmallemError("kernel_times needs the fused kernel (FastSmallem(model, kernel='fused'))")
+    cache = fast.new_cache(batch=batch); s = [cache.new_seq() for _ in range(batch)]; g = torch.Generator().manual_seed(0)
+    fast(torch.randint(1, fast.cfg.vocab_size, (batch, context), generator=g), cache, s)
+    res = {}
+    for T in Ts:
+        x = torch.randint(1, fast.cfg.vocab_size, (batch, T), generator=g)
+        cache.append(s, [T] * batch)
+        try: res[T] = fast.fused.time_pass(cache, s, [context] * batch, [T] * batch, x, batch, T, reps=reps)
+        finally:
+            for q in s: cache.keep(q, context)
+    return res
+
+def step_times(variants:dict, Ts=(1, 2, 3, 4, 5, 8), reps:int=40, rounds:int=3, timers:dict|None=None) -> dict:
+    "Median pass time per variant and T, the variants measured in turn `rounds` times (interleaved); `timers` maps a variant to its timing function (default `pass_times`, a call from Python)."
     acc = {name: {T: [] for T in Ts} for name in variants}
     for _ in range(rounds):
         for name, m in variants.items():
-            for T, t in pass_times(m, Ts, reps=reps).items(): acc[name][T].append(t)
+            for T, t in (timers or {}).get(name, pass_times)(m, Ts, reps=reps).items(): acc[name][T].append(t)
     return {name: {T: statistics.median(v) for T, v in d.items()} for name, d in acc.items()}
 
 # %% ../nbs/12_fast_path.ipynb #a707a824
 def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:int=1024, models=('target', 'draft2', 'draft4'),
-                 progress:bool=True) -> dict:
+                 progress:bool=True, context:int=200) -> dict:
     "Machine rates, floors and measured pass times (fast and reference) for the models of a preset."
     from smallem_spec.train import load_or_train
     from smallem_spec.train import default_device
-    preset = preset_name(preset)
-    rates = machine_rates(mb, device=default_device())
-    out = {'preset': preset, 'threads': torch.get_num_threads(), 'torch': torch.__version__, 'context': 200, 'device': default_device(),
-           'cpu': cpu_info(), 'machine': {k: round(v, 2) for k, v in rates.items()}, 'models': {}}
+    preset, dev = preset_name(preset), default_device()
+    probes = [machine_rates(mb, device=dev)]    # probed again after each model: a floor takes the fastest rates seen
+    out = {'preset': preset, 'threads': torch.get_num_threads(), 'torch': torch.__version__, 'context': context, 'device': dev,
+           'cpu': cpu_info(), 'models': {}}
     if out['device'].startswith('cuda'): out['gpu'] = torch.cuda.get_device_name()   # the processor that ran the passes
+    measured = {}
     for name in models:
         ref = load_or_train(preset, name, progress=progress); fast = FastSmallem(ref)
-        paths = {'fast': fast, 'script': FastSmallem(ref, kernel='script'), 'reference': ref}
-        if fast.kernel == 'script': del paths['script']
-        try: paths['bf16'] = FastSmallem(ref, precision='bf16')   # where the processor has AVX-512 BF16
+        paths = {'fast': fast, 'call': fast, 'script': FastSmallem(ref, kernel='script'), 'reference': ref}
+        timers = {}
+        if fast.kernel == 'script': del paths['script'], paths['call']
+        else: timers['fast'] = kernel_times                # the fused kernel's own pass; 'call' is the same pass called from Python
+        try: paths['bf16'] = FastSmallem(ref, precision='bf16'); timers['bf16'] = kernel_times   # where the processor has AVX-512 BF16
         except SmallemError: pass
+        t = step_times(paths, Ts, reps=reps, rounds=5, timers={p: (lambda m, Ts, reps: kernel_times(m, Ts, context, reps)) for p in timers} |
+                       {p: (lambda m, Ts, reps: pass_times(m, Ts, context, reps)) for p in paths if p not in timers})   # interleaved medians: these shared machines drift by tens of percent
+        measured[name] = (ref.cfg, fast, list(paths), t)
+        probes.append(machine_rates(mb, device=dev))
+    rates = {k: max(p[k] for p in probes) for k in probes[0]}
+    out['machine'] = {k: round(v, 2) for k, v in rates.items()} | {'probes': len(probes)}
+    for name, (c, fast, paths, t) in measured.items():
         nbytes = fast.weight_bytes(); flops = 2 * nbytes / 4
-        fl = lambda bw: {T: max(nbytes / (bw * 1e9), T * flops / (rates['matmul_gflops'] * 1e9)) for T in Ts}
+        kv = 2 * c.n_layers * c.dim * 4 * context                    # the keys and values a pass reads at this context (an fp32 cache)
+        att = 4 * c.n_layers * c.dim * context                       # and the products over them, per token
+        def fl(bw, wbytes=nbytes, speed=1):   # the larger of the bytes read over the bandwidth and the products over their rate
+            return {T: max((wbytes + kv) / (bw * 1e9), T * (flops / speed + att) / (rates['matmul_gflops'] * 1e9)) for T in Ts}
         floor, dram = fl(rates['bandwidth_model_size_gbs']), fl(rates['bandwidth_gbs'])
-        t = step_times(paths, Ts, reps=reps, rounds=5)     # interleaved medians: these shared machines drift by tens of percent
-        row = {'weight_mb': round(nbytes / 2**20, 2), 'fast_kernel': fast.kernel,
-               'floor_ms': {T: round(f * 1e3, 3) for T, f in floor.items()}, 'dram_floor_ms': {T: round(f * 1e3, 3) for T, f in dram.items()}}
+        floors, drams = {p: floor for p in paths}, {p: dram for p in paths}
+        if 'bf16' in paths:   # half the bytes of weights, two products an instruction
+            floors['bf16'], drams['bf16'] = fl(rates['bandwidth_model_size_gbs'], nbytes / 2, 2), fl(rates['bandwidth_gbs'], nbytes / 2, 2)
+        row = {'weight_mb': round(nbytes / 2**20, 2), 'kv_mb': round(kv / 2**20, 2), 'fast_kernel': fast.kernel,
+               'floor_ms': {T: round(f * 1e3, 3) for T, f in floor.items()}, 'dram_floor_ms': {T: round(f * 1e3, 3) for T, f in dram.items()},
+               'floor_v': {T - 1: round(f / floor[1], 3) for T, f in floor.items()}}   # what v(k) is at best where t(1) sits on its floor
         for path in paths:
             row[path] = {'t_ms': {T: round(x * 1e3, 3) for T, x in t[path].items()},
                          'v': {T - 1: round(x / t[path][1], 3) for T, x in t[path].items()},
-                         't1_over_floor': round(t[path][1] / floor[1] * (2 if path == 'bf16' else 1), 2),   # bf16: half the bytes, half the floor
-                         't1_over_dram_floor': round(t[path][1] / dram[1] * (2 if path == 'bf16' else 1), 2)}
+                         't1_over_floor': round(t[path][1] / floors[path][1], 2),
+                         't1_over_dram_floor': round(t[path][1] / drams[path][1], 2)}
+            if path == 'bf16': row[path]['floor_ms'] = {T: round(f * 1e3, 3) for T, f in floors['bf16'].items()}
         out['models'][name] = row
     return out
 
@@ -413,13 +445,23 @@ def format_kernels(res:dict) -> str:
              f"fp32 products {m['matmul_gflops']:.1f} GFLOP/s",
              f"{'model':8s} {'path':9s} {'MB':>6s} {'floor':>6s} {'DRAM':>6s} {'t(1)':>6s} {'/floor':>6s} " + ' '.join(f'v({k})'.rjust(5) for k in range(1, 8))]
     for name, r in res['models'].items():
-        for path in ('fast', 'bf16', 'script', 'reference'):
+        if 'floor_v' in r:   # the floor itself as a path: v(k) where every pass sits on its floor
+            lines.append(f"{name:8s} {'floor':9s} {r['weight_mb']:6.1f} {at(r['floor_ms'], 1):6.2f} {at(r['dram_floor_ms'], 1):6.2f} {'':6s} {'':6s} "
+                         + ' '.join(f"{at(r['floor_v'], k):5.2f}" for k in range(1, 8)))
+        for path in ('fast', 'call', 'bf16', 'script', 'reference'):
             if path not in r: continue
-            p, label = r[path], (f"fast:{r['fast_kernel']}" if path == 'fast' and 'fast_kernel' in r else 'fast:bf16' if path == 'bf16' else path)
-            lines.append(f"{name:8s} {label:9s} {r['weight_mb']:6.1f} {at(r['floor_ms'], 1):6.2f} {at(r.get('dram_floor_ms', r['floor_ms']), 1):6.2f} "
+            p, label = r[path], (f"fast:{r['fast_kernel']}" if path == 'fast' and 'fast_kernel' in r else f'fast:{path}' if path in ('bf16', 'call') else path)
+            fl = p.get('floor_ms', r['floor_ms'])
+            lines.append(f"{name:8s} {label:9s} {r['weight_mb']:6.1f} {at(fl, 1):6.2f} {at(r.get('dram_floor_ms', r['floor_ms']), 1):6.2f} "
                          f"{at(p['t_ms'], 1):6.2f} {p['t1_over_floor']:6.2f} " + ' '.join(f"{at(p['v'], k):5.2f}" for k in range(1, 8)))
+    new = any('kv_mb' in r for r in res['models'].values())
+    if new:
+        lines.append("floors: the weights and the keys and values cached, read at the bandwidth, or the products at their rate, whichever is longer; "
+                     "fast:fused and fast:bf16 time the kernel's own pass (as the library's chains and rounds run it), fast:call the same pass called from Python")
+    else: lines.append("(an earlier run: every path timed as a call from Python, floors without the keys and values cached)")
     if any('bf16' in r for r in res['models'].values()):
-        lines.append("fast:bf16 reads half the bytes (bf16 pair panels), so its /floor is against half the floor shown")
+        lines.append("fast:bf16 reads half the bytes of weights (bf16 pair panels) and multiplies two pairs an instruction: its floor is its own"
+                     + ("" if new else " (in this run: half the floor shown)"))
     return '\n'.join(lines)
 
 def kernels_cli(argv=None):

@@ -240,47 +240,57 @@ static inline v16 hsum16(const v16 *s) {
   return SH(e[0], e[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) + SH(e[0], e[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
 }
 
-/* one head of one row: softmax(q.K / sqrt(hd)) V over the first n keys of the row's page table; the scores 16 keys at a
-   time, the last few of a page one by one (how a score is summed depends only on n, never on the rows of the pass) */
-static void attend(const float *q, const float *kvl, const long *tb, int S, long n, int D, int off, int hd, float scale,
-                   float *p, float *out) {
-  float mx = -INFINITY, tot = 0;
-  for (long j0 = 0; j0 < n; j0 += S) {
-    const float *base = kvl + tb[j0 / S] * S * 2 * D + off; long m = n - j0 < S ? n - j0 : S;
-    long j = 0;
-    for (; j + 16 <= m; j += 16) {
-      v16 s[16];
-      for (int t = 0; t < 16; t++) {
-        const float *k = base + (j + t) * 2 * D; v16 a = {0};
-        for (int i = 0; i < hd; i += 16) a += ld(q + i) * ld(k + i);
-        s[t] = a;
-      }
-      v16 v = hsum16(s) * scale; st(p + j0 + j, v);
-      for (int t = 0; t < 16; t++) if (v[t] > mx) mx = v[t];
-    }
-    for (; j < m; j++) {
-      const float *k = base + j * 2 * D; v16 s = {0};
-      for (int i = 0; i < hd; i += 16) s += ld(q + i) * ld(k + i);
-      float v = hsum(s) * scale; p[j0 + j] = v; if (v > mx) mx = v;
 '''
 
 # %% ../nbs/12a_fused_cpu.ipynb #465dbd34
-_SRC_ATTN2 = r'''    }
-  }
-  long n16 = n & ~15L; v16 sum = {0};
-  for (long j = 0; j < n16; j += 16) { v16 e = vexp(ld(p + j) - mx); st(p + j, e); sum += e; }
-  tot = hsum(sum);
-  for (long j = n16; j < n; j++) { p[j] = expf(p[j] - mx); tot += p[j]; }
-  v16 acc[8] = {{0}};
-  for (long j0 = 0; j0 < n; j0 += S) {
-    const float *base = kvl + tb[j0 / S] * S * 2 * D + D + off; long m = n - j0 < S ? n - j0 : S;
-    for (long j = 0; j < m; j++) {
-      const float *v = base + j * 2 * D; float w = p[j0 + j];
-      for (int i = 0; i < hd / 16; i++) acc[i] += w * ld(v + 16 * i);
-    }
-  }
-  for (int i = 0; i < hd / 16; i++) st(out + 16 * i, acc[i] / tot);
+_SRC_ATTN2 = r'''
+#define RG 4                                     /* rows of one sequence that attend together, at most */
+/* NR consecutive rows of one sequence and one head: softmax(q.K / sqrt(hd)) V, row r over the first n[r] keys of the page
+   table tb, every key and value read once for all NR rows. Scores are made 16 keys at a time (hsum16: lane t is key t's
+   sum, whatever its neighbours), a score past a row's own keys is -inf and its weight exactly 0: a row's sums add exact
+   zeros past its keys, so its result does not depend on which rows attend with it. kp: room for the key pointers; p: NR
+   rows of scores, ldp apart. */
+#define ATTEND(NR, HD) \
+static void attend##NR##_##HD(const float *q, long ldq, const long *n, const float *kvl, const long *tb, int S, int D, int off, \
+                              int hd_, float scale, float *p, long ldp, const float **kp, float *out, long ldo) { \
+  const int hd = HD ? HD : hd_;   /* a head size known when compiling: the loops over it unrolled, the sums kept in registers */ \
+  long nmax = 0; for (int r = 0; r < NR; r++) if (n[r] > nmax) nmax = n[r]; \
+  const long n16 = (nmax + 15) & ~15L; \
+  for (long j = 0, pg = 0, in = 0; j < nmax; j++) { kp[j] = kvl + (tb[pg] * S + in) * 2 * D + off; if (++in == S) { in = 0; pg++; } } \
+  for (long j = nmax; j < n16; j++) kp[j] = kp[0];          /* lanes past the last key: any key, masked */ \
+  const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}; \
+  const v16 ninf = (v16){0} - INFINITY; v16 mx[NR]; \
+  for (int r = 0; r < NR; r++) mx[r] = ninf; \
+  for (long j = 0; j < n16; j += 16) { \
+    v16 a[NR][16]; \
+    for (int t = 0; t < 16; t++) { \
+      const float *k = kp[j + t]; \
+      for (int r = 0; r < NR; r++) { v16 s = {0}; for (int i = 0; i < hd; i += 16) s += ld(q + r * ldq + i) * ld(k + i); a[r][t] = s; } \
+    } \
+    for (int r = 0; r < NR; r++) { \
+      v16 v = hsum16(a[r]) * scale; v16i ok = (lane + (int)j) < (int)n[r]; \
+      v = (v16)((ok & (v16i)v) | (~ok & (v16i)ninf)); st(p + r * ldp + j, v); \
+      v16i gt = v > mx[r]; mx[r] = (v16)((gt & (v16i)v) | (~gt & (v16i)mx[r])); \
+    } \
+  } \
+  float tot[NR]; \
+  for (int r = 0; r < NR; r++) { \
+    float m = mx[r][0]; for (int t = 1; t < 16; t++) if (mx[r][t] > m) m = mx[r][t]; \
+    v16 sum = {0}; float *pr = p + r * ldp; \
+    for (long j = 0; j < n16; j += 16) { \
+      v16i ok = (lane + (int)j) < (int)n[r]; v16 e = (v16)((v16i)vexp(ld(pr + j) - m) & ok); st(pr + j, e); sum += e; \
+    } \
+    tot[r] = hsum(sum); \
+  } \
+  v16 acc[NR][8]; \
+  for (int r = 0; r < NR; r++) for (int i = 0; i < 8; i++) acc[r][i] = (v16){0}; \
+  for (long j = 0; j < nmax; j++) { \
+    const float *v = kp[j] + D; \
+    for (int i = 0; i < hd / 16; i++) { v16 vv = ld(v + 16 * i); for (int r = 0; r < NR; r++) acc[r][i] += p[r * ldp + j] * vv; } \
+  } \
+  for (int r = 0; r < NR; r++) for (int i = 0; i < hd / 16; i++) st(out + r * ldo + 16 * i, acc[r][i] / tot[r]); \
 }
+ATTEND(1, 64) ATTEND(2, 64) ATTEND(3, 64) ATTEND(4, 64) ATTEND(1, 0) ATTEND(2, 0) ATTEND(3, 0) ATTEND(4, 0)
 
 '''
 _SRC_ATTN = _SRC_ATTN1 + _SRC_ATTN2
@@ -368,20 +378,23 @@ typedef struct {
 } pass_args;
 
 long smallem_work_floats(int R, int D, int F, int maxpos, int nthreads) {
-  return (long)R * (4 * D + 3 * F + (F > D ? 0 : D - F)) + (long)nthreads * (maxpos + 1 + 2 * R + 32 + (long)R * D + (long)R * (F > D ? F : D) / 2);
+  return (long)R * (4 * D + 3 * F + (F > D ? 0 : D - F)) + (long)nthreads * ((RG + 2) * ((maxpos + 32L) & ~15L) + 2 * R + 32 + (long)R * D + (long)R * (F > D ? F : D) / 2);
 }
 
 int smallem_pass(const pass_args *a) {
-  const int R = a->R, T = a->T, D = a->D, H = a->H, hd = a->hd, F = a->F, S = a->S, half = hd / 2, L1 = a->maxpos + 1;
+  const int R = a->R, T = a->T, D = a->D, H = a->H, hd = a->hd, F = a->F, S = a->S, half = hd / 2, L1 = a->maxpos + 1, ldp = (L1 + 31) & ~15, PW = (RG + 2) * ldp;
+  const int G0 = (2 * a->nthreads + a->B * H - 1) / (a->B * H);   /* attention: a sequence's rows cut into NG groups of RS, two units a thread at least */
+  const int RS = (T + G0 - 1) / G0 < RG ? (T + G0 - 1) / G0 : RG, NG = (T + RS - 1) / RS;
   for (int r = 0; r < R; r++) if (a->tokens[r] < 0 || a->tokens[r] >= a->V) return 1;   /* refused before anything is read */
   float *qkv = a->work, *o = qkv + (long)R * 3 * D, *gu = o + (long)R * D, *hh = gu + (long)R * 2 * F;
   float *thr = hh + (long)R * (F > D ? F : D);
   const float scale = 1.0f / sqrtf((float)hd);
   #pragma omp parallel num_threads(a->nthreads)
   {
-    float *p = thr + (long)omp_get_thread_num() * (L1 + 2 * R + 32 + (long)R * D + (long)R * (F > D ? F : D) / 2), *iv = p + L1, *one = iv + R,
+    float *p = thr + (long)omp_get_thread_num() * (PW + 2 * R + 32 + (long)R * D + (long)R * (F > D ? F : D) / 2), *iv = p + PW, *one = iv + R,
           *xg = one + R + 16;
-    bf_x = (unsigned *)(xg + (long)R * D + 16);   /* bf16 panels: x rounded, per thread */
+    bf_x = (unsigned *)(xg + (long)R * D + 16);
+    const float **kp = (const float **)(p + RG * ldp);   /* the key pointers of a group */   /* bf16 panels: x rounded, per thread */
     void (*mm)(int, int, int, const float *, long, const float *, float *, long, const float *, int) = a->f16 & 4 ? gemmb : a->f16 & 1 ? gemmh : gemm;
     const float *const *G = a->G;
     float *x = a->x;
@@ -416,11 +429,17 @@ _SRC_PASS2 = r'''    }
         }
       }
       #pragma omp for schedule(static)
-      for (int rh = 0; rh < R * H; rh++) {       /* attention of one row and one head over the keys it may see */
-        int r = rh / H, h = rh % H, b = r / T, t = r % T;
-        long end = a->starts[b] + a->nnew[b], pos = a->starts[b] + t, n = pos + 1 < end ? pos + 1 : end;
-        attend(qkv + (long)r * 3 * D + h * hd, kvl, a->pt + b * a->P, S, n < 1 ? 1 : n, D, h * hd, hd, scale, p,
-               o + (long)r * D + h * hd);
+      for (int u = 0; u < a->B * NG * H; u++) {  /* attention of a group of rows of one sequence, one head */
+        int h = u % H, g = u / H % NG, b = u / (H * NG), t0 = g * RS, nr = T - t0 < RS ? T - t0 : RS;
+        if (nr <= 0) continue;
+        long end = a->starts[b] + a->nnew[b], nk[RG];
+        for (int i = 0; i < nr; i++) { long n = a->starts[b] + t0 + i + 1; n = n < end ? n : end; nk[i] = n < 1 ? 1 : n; }
+        const float *qq = qkv + (long)(b * T + t0) * 3 * D + h * hd; float *oo = o + (long)(b * T + t0) * D + h * hd;
+        const long *tb = a->pt + b * a->P;
+        void (*f)(const float *, long, const long *, const float *, const long *, int, int, int, int, float, float *, long, const float **, float *, long) =
+          hd == 64 ? (nr == 1 ? attend1_64 : nr == 2 ? attend2_64 : nr == 3 ? attend3_64 : attend4_64)
+                   : (nr == 1 ? attend1_0 : nr == 2 ? attend2_0 : nr == 3 ? attend3_0 : attend4_0);
+        f(qq, 3 * D, nk, kvl, tb, S, D, h * hd, hd, scale, p, ldp, kp, oo, D);
       }
       mm(R, D, D, o, D, W[1], x, D, one, 1);
       inv_rms(R, D, x, a->eps, iv);
@@ -592,7 +611,26 @@ int smallem_rounds(pass_args *t, pass_args *m, int draft, int K, int maxr, long 
   return r;
 }
 '''
-_SRC_PASS = _SRC_PASS1 + _SRC_PASS2 + _SRC_PASS3 + _SRC_PASS4 + _SRC_ROUND
+_SRC_PEAK = r'''
+/* The processor's own ceiling for fp32 products, the bound a pass's arithmetic cannot beat: each thread runs 12 independent
+   chains of 16-lane multiply-adds on registers, nothing read from memory (enough chains to fill every FMA unit). GFLOP/s. */
+double smallem_peak(int nthreads, long iters) {
+  float sink = 0; double t0 = omp_get_wtime();
+  #pragma omp parallel num_threads(nthreads) reduction(+:sink)
+  {
+    v16 acc[12], m, c;
+    for (int i = 0; i < 16; i++) { m[i] = 0.9999999f; c[i] = 1e-7f * (omp_get_thread_num() + 1); }
+    for (int j = 0; j < 12; j++) acc[j] = c * (float)(j + 1);
+    for (long it = 0; it < iters; it++)
+      for (int j = 0; j < 12; j++) acc[j] = acc[j] * m + c;
+    v16 s = acc[0]; for (int j = 1; j < 12; j++) s += acc[j];
+    sink += hsum(s);
+  }
+  double dt = omp_get_wtime() - t0;
+  return sink == -1.0f ? 0 : 2.0 * 16 * 12 * (double)iters * nthreads / dt / 1e9;   /* the sink keeps the chains alive */
+}
+'''
+_SRC_PASS = _SRC_PASS1 + _SRC_PASS2 + _SRC_PASS3 + _SRC_PASS4 + _SRC_ROUND + _SRC_PEAK
 KERNEL_SRC = _SRC_HEAD + _SRC_GEMM + _SRC_GEMMH + _SRC_GEMMB + _SRC_ATTN + _SRC_SAMPLE + _SRC_PASS
 
 # %% ../nbs/12a_fused_cpu.ipynb #c4bec69c
@@ -659,6 +697,7 @@ def load_kernel(required:bool=False):
         lib.smallem_work_floats.argtypes = [ctypes.c_int] * 5
         lib.smallem_gemm.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
         lib.smallem_gemm_bf16.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
+        lib.smallem_peak.restype, lib.smallem_peak.argtypes = ctypes.c_double, [ctypes.c_int, ctypes.c_long]
         _lib = lib
     except (SmallemError, OSError) as e:
         _lib = False
@@ -741,9 +780,8 @@ class FusedPass:
 
 # %% ../nbs/12a_fused_cpu.ipynb #1220b106
 @patch
-def __call__(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, h=None, chain:list[int]|None=None, temperature:float=0.0,
-             generator=None, vocab:torch.Tensor|None=None, uniforms:torch.Tensor|None=None, states:bool=False):
-    "One pass over `tokens` [B, T] appended at `starts` (the cache already holds their pages); returns logits, hidden. With `chain` (steps per row), the tokens [B, max(chain)] of a chain of passes (`smallem_chain`) and, when sampling, the probabilities they were drawn from [B, max(chain), V]; `vocab` restricts a chain's guesses to a draft vocabulary; `uniforms` [B, max(chain)] float64, the draws' uniforms where the caller has drawn them (else drawn here from `generator`, row by row); `states`: the hidden state of each of the chain's passes too [B, max(chain), D]."
+def _args(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, h=None):
+    "The `pass_args` of one pass over `tokens` [B, T] appended at `starts`, checked, and what they point into (kept alive by the caller): (args, ints, out, tokens, h)."
     c, R = self.cfg, B * T
     a = self.main['args'] if h is None else self.mtp['args']
     kv = cache.kv   # the kernel trusts these shapes: check them
@@ -768,11 +806,31 @@ def __call__(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, h=None, c
     if h is not None:
         if not (h.is_contiguous() and h.dtype == torch.float32): h = h.float().contiguous()
         a.h_in = h.data_ptr()
+    return a, ints, out, tok, h
+
+@patch
+def __call__(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, h=None, chain:list[int]|None=None, temperature:float=0.0,
+             generator=None, vocab:torch.Tensor|None=None, uniforms:torch.Tensor|None=None, states:bool=False):
+    "One pass over `tokens` [B, T] appended at `starts` (the cache already holds their pages); returns logits, hidden. With `chain` (steps per row), the tokens [B, max(chain)] of a chain of passes (`smallem_chain`) and, when sampling, the probabilities they were drawn from [B, max(chain), V]; `vocab` restricts a chain's guesses to a draft vocabulary; `uniforms` [B, max(chain)] float64, the draws' uniforms where the caller has drawn them (else drawn here from `generator`, row by row); `states`: the hidden state of each of the chain's passes too [B, max(chain), D]."
+    a, ints, out, tok, h = self._args(cache, sids, starts, n_new, tokens, B, T, h)
+    R, D, V = B * T, self.cfg.dim, self.cfg.vocab_size
     if chain is not None: return self._chain(a, B, chain, temperature, generator, vocab, h is not None, uniforms, states)
     if self.lib.smallem_pass(ctypes.byref(a)): _bad_token(V)
     logits = out[R * D:R * (D + V)].view(B, T, V)
     logits.rows_argmax = out[R * (D + V):].view(torch.int64).view(B, T)   # `generate.argmax` uses it
     return logits, out[:R * D].view(B, T, D)
+
+@patch
+def time_pass(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, reps:int=40, h=None) -> float:
+    "Median seconds of the kernel's own pass over `tokens` [B, T] at `starts` (the cache holds their pages), run `reps` times after three untimed: no Python around it, as the library's chains and rounds run their passes. The pass writes the same slots each time."
+    a, *keep = self._args(cache, sids, starts, n_new, tokens, B, T, h)
+    f, ref, clock, ts = self.lib.smallem_pass, ctypes.byref(a), time.perf_counter, []
+    for i in range(reps + 3):
+        t0 = clock(); bad = f(ref); t1 = clock()
+        if bad: _bad_token(self.cfg.vocab_size)
+        if i >= 3: ts.append(t1 - t0)
+    return statistics.median(ts)
+
 
 # %% ../nbs/12a_fused_cpu.ipynb #d7a1c0b2
 @patch

@@ -44,6 +44,24 @@ def test_rows_do_not_change_a_tokens_logits(fast):
     "A verify-shaped pass over 4 tokens, the same tokens one at a time, and the same row inside a batch of 8: equal bits."
     assert _same_tokens_three_ways(fast['target'], fast['target'].cfg.vocab_size)
 
+@pytest.mark.parametrize('page_size', [None, 16])
+def test_attention_groups_do_not_change_a_row(cpu_models, page_size):
+    "Rows of one sequence attend in groups (up to four rows read each key once): every pass shape -- T = 1..8 rows, one sequence or three" \
+    " of different lengths, one page a sequence or pages of 16 -- gives each row the bits it gets alone in a one-token pass."
+    t = FastSmallem(cpu_models['target'], page_size=page_size); V = t.cfg.vocab_size
+    x = torch.randint(1, V, (3, 60), generator=torch.Generator().manual_seed(5))
+    ctx = [37, 44, 51]
+    with torch.inference_mode():
+        c = t.new_cache(capacity=[60] * 6); s = [c.new_seq() for _ in range(6)]
+        for b in range(3): t(x[b:b + 1, :ctx[b]], c, [s[b]]); t(x[b:b + 1, :ctx[b]], c, [s[3 + b]])
+        alone = [torch.cat([t(x[b:b + 1, ctx[b] + i:ctx[b] + i + 1], c, [s[3 + b]]) for i in range(8)], 1) for b in range(3)]
+        for T in range(1, 9):
+            one = t(x[:1, ctx[0]:ctx[0] + T], c, s[:1]); c.keep(s[0], ctx[0])
+            assert torch.equal(one[0], alone[0][0, :T]), T
+            three = t(torch.stack([x[b, ctx[b]:ctx[b] + T] for b in range(3)]), c, s[:3])
+            for b in range(3): c.keep(s[b], ctx[b])
+            assert all(torch.equal(three[b], alone[b][0, :T]) for b in range(3)), T
+
 @pytest.mark.parametrize('view', ['fp32', 'proposer'])
 @pytest.mark.parametrize('T', [0.0, 1.0])
 def test_chain_equals_step_by_step(fast, T, view):
