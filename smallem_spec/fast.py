@@ -28,7 +28,7 @@ def _read_rates(size_mb:int, reps:int, device) -> tuple[float, float]:
     return rate(lambda: torch.mv(W, x)), rate(lambda: W.sum())
 
 def machine_rates(mb:int=1024, model_mb:int=17, reps:int=5, device='cpu') -> dict:
-    "Read bandwidth over `mb` MiB and over `model_mb` MiB of fp32 (GB/s: the faster of a matrix-vector product and a sum, each also kept), and the fp32 matrix-product rate (GFLOP/s)."
+    "Read bandwidth over `mb` MiB and over `model_mb` MiB of fp32 (GB/s: the faster of a matrix-vector product and a sum, each also kept), the fp32 matrix-product rate of torch and, on a CPU with the fused library, the cores' peak multiply-add rate (GFLOP/s)."
     with torch.inference_mode():
         out = {}
         for key, size in (('bandwidth_gbs', mb), ('bandwidth_model_size_gbs', model_mb)):
@@ -37,6 +37,8 @@ def machine_rates(mb:int=1024, model_mb:int=17, reps:int=5, device='cpu') -> dic
         n = 1024 if torch.device(device).type == 'cpu' else 8192
         A, B = torch.rand(n, n, device=device), torch.rand(n, n, device=device)
         out['matmul_gflops'] = 2 * n**3 / median_time(lambda: torch.mm(A, B), reps, warmup=2, device=device) / 1e9
+        if torch.device(device).type == 'cpu' and (lib := load_kernel()) is not None:   # what the cores can multiply-add at most
+            out['peak_gflops'] = max(lib.smallem_peak(torch.get_num_threads(), 2_000_000) for _ in range(3))
     return out
 
 # %% ../nbs/12_fast_path.ipynb #346f3298
@@ -412,12 +414,13 @@ def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:in
         probes.append(machine_rates(mb, device=dev))
     rates = {k: max(p[k] for p in probes) for k in probes[0]}
     out['machine'] = {k: round(v, 2) for k, v in rates.items()} | {'probes': len(probes)}
+    gflops = max(rates['matmul_gflops'], rates.get('peak_gflops', 0))   # the products' bound: the faster of torch's product and the cores' peak
     for name, (c, fast, paths, t) in measured.items():
         nbytes = fast.weight_bytes(); flops = 2 * nbytes / 4
         kv = 2 * c.n_layers * c.dim * 4 * context                    # the keys and values a pass reads at this context (an fp32 cache)
         att = 4 * c.n_layers * c.dim * context                       # and the products over them, per token
         def fl(bw, wbytes=nbytes, speed=1):   # the larger of the bytes read over the bandwidth and the products over their rate
-            return {T: max((wbytes + kv) / (bw * 1e9), T * (flops / speed + att) / (rates['matmul_gflops'] * 1e9)) for T in Ts}
+            return {T: max((wbytes + kv) / (bw * 1e9), T * (flops / speed + att) / (gflops * 1e9)) for T in Ts}
         floor, dram = fl(rates['bandwidth_model_size_gbs']), fl(rates['bandwidth_gbs'])
         floors, drams = {p: floor for p in paths}, {p: dram for p in paths}
         if 'bf16' in paths:   # half the bytes of weights, two products an instruction
@@ -442,7 +445,7 @@ def format_kernels(res:dict) -> str:
     cpu = res.get('cpu', {})
     lines = [f"{res['gpu'] + ' (host ' + cpu.get('model', '?') + ')' if res.get('gpu') else cpu.get('model', 'unknown processor')}; {res['preset']} preset, {res['threads']} threads, torch {res['torch']}; {res['context']} tokens cached",
              f"read bandwidth {m['bandwidth_gbs']:.1f} GB/s (large matrix: DRAM floor), {m['bandwidth_model_size_gbs']:.1f} GB/s (model-sized: floor); "
-             f"fp32 products {m['matmul_gflops']:.1f} GFLOP/s",
+             f"fp32 products {m['matmul_gflops']:.1f} GFLOP/s" + (f" (torch), {m['peak_gflops']:.1f} at the cores' peak (the floor's)" if 'peak_gflops' in m else ''),
              f"{'model':8s} {'path':9s} {'MB':>6s} {'floor':>6s} {'DRAM':>6s} {'t(1)':>6s} {'/floor':>6s} " + ' '.join(f'v({k})'.rjust(5) for k in range(1, 8))]
     for name, r in res['models'].items():
         if 'floor_v' in r:   # the floor itself as a path: v(k) where every pass sits on its floor

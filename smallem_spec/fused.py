@@ -245,52 +245,65 @@ static inline v16 hsum16(const v16 *s) {
 # %% ../nbs/12a_fused_cpu.ipynb #465dbd34
 _SRC_ATTN2 = r'''
 #define RG 4                                     /* rows of one sequence that attend together, at most */
-/* NR consecutive rows of one sequence and one head: softmax(q.K / sqrt(hd)) V, row r over the first n[r] keys of the page
-   table tb, every key and value read once for all NR rows. Scores are made 16 keys at a time (hsum16: lane t is key t's
-   sum, whatever its neighbours), a score past a row's own keys is -inf and its weight exactly 0: a row's sums add exact
-   zeros past its keys, so its result does not depend on which rows attend with it. kp: room for the key pointers; p: NR
-   rows of scores, ldp apart. */
+#define KC 64                                    /* keys a unit of attention reads: a row's keys in chunks of KC */
+#define PS(hd) ((hd) + 16)                       /* floats of a chunk's partial result: its largest score, its sum, its values */
+/* NR consecutive rows of one sequence, one head, the keys [j0, j0 + KC) of the page table tb (row r sees its first n[r]):
+   each key and value read once for all NR rows. Scores 16 keys at a time (hsum16: lane t is key t's sum, whatever its
+   neighbours); a score past a row's own keys is -inf and its weight exactly 0. For each row with keys in the chunk, into
+   part (rows ldpart apart): the chunk's largest score, the sum of exp(score - largest), the weighted sum of values. kp: KC
+   key pointers; p: NR rows of KC scores. */
 #define ATTEND(NR, HD) \
-static void attend##NR##_##HD(const float *q, long ldq, const long *n, const float *kvl, const long *tb, int S, int D, int off, \
-                              int hd_, float scale, float *p, long ldp, const float **kp, float *out, long ldo) { \
+static void attend##NR##_##HD(const float *q, long ldq, const long *n, long j0, const float *kvl, const long *tb, int S, int D, \
+                              int off, int hd_, float scale, float *p, const float **kp, float *part, long ldpart) { \
   const int hd = HD ? HD : hd_;   /* a head size known when compiling: the loops over it unrolled, the sums kept in registers */ \
   long nmax = 0; for (int r = 0; r < NR; r++) if (n[r] > nmax) nmax = n[r]; \
-  const long n16 = (nmax + 15) & ~15L; \
-  for (long j = 0, pg = 0, in = 0; j < nmax; j++) { kp[j] = kvl + (tb[pg] * S + in) * 2 * D + off; if (++in == S) { in = 0; pg++; } } \
-  for (long j = nmax; j < n16; j++) kp[j] = kp[0];          /* lanes past the last key: any key, masked */ \
+  const long m = (nmax < j0 + KC ? nmax : j0 + KC) - j0, m16 = (m + 15) & ~15L; \
+  for (long j = 0, pg = j0 / S, in = j0 % S; j < m; j++) { kp[j] = kvl + (tb[pg] * S + in) * 2 * D + off; if (++in == S) { in = 0; pg++; } } \
+  for (long j = m; j < m16; j++) kp[j] = kp[0];             /* lanes past the last key: any key, masked */ \
   const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}; \
   const v16 ninf = (v16){0} - INFINITY; v16 mx[NR]; \
   for (int r = 0; r < NR; r++) mx[r] = ninf; \
-  for (long j = 0; j < n16; j += 16) { \
+  for (long j = 0; j < m16; j += 16) { \
     v16 a[NR][16]; \
     for (int t = 0; t < 16; t++) { \
       const float *k = kp[j + t]; \
       for (int r = 0; r < NR; r++) { v16 s = {0}; for (int i = 0; i < hd; i += 16) s += ld(q + r * ldq + i) * ld(k + i); a[r][t] = s; } \
     } \
     for (int r = 0; r < NR; r++) { \
-      v16 v = hsum16(a[r]) * scale; v16i ok = (lane + (int)j) < (int)n[r]; \
-      v = (v16)((ok & (v16i)v) | (~ok & (v16i)ninf)); st(p + r * ldp + j, v); \
+      v16 v = hsum16(a[r]) * scale; v16i ok = (lane + (int)(j0 + j)) < (int)n[r]; \
+      v = (v16)((ok & (v16i)v) | (~ok & (v16i)ninf)); st(p + r * KC + j, v); \
       v16i gt = v > mx[r]; mx[r] = (v16)((gt & (v16i)v) | (~gt & (v16i)mx[r])); \
     } \
   } \
-  float tot[NR]; \
   for (int r = 0; r < NR; r++) { \
-    float m = mx[r][0]; for (int t = 1; t < 16; t++) if (mx[r][t] > m) m = mx[r][t]; \
-    v16 sum = {0}; float *pr = p + r * ldp; \
-    for (long j = 0; j < n16; j += 16) { \
-      v16i ok = (lane + (int)j) < (int)n[r]; v16 e = (v16)((v16i)vexp(ld(pr + j) - m) & ok); st(pr + j, e); sum += e; \
+    float mr = mx[r][0]; for (int t = 1; t < 16; t++) if (mx[r][t] > mr) mr = mx[r][t]; \
+    v16 sum = {0}; float *pr = p + r * KC; \
+    for (long j = 0; j < m16; j += 16) { \
+      v16i ok = (lane + (int)(j0 + j)) < (int)n[r]; v16 e = (v16)((v16i)vexp(ld(pr + j) - mr) & ok); st(pr + j, e); sum += e; \
     } \
-    tot[r] = hsum(sum); \
+    part[r * ldpart] = mr; part[r * ldpart + 1] = hsum(sum); \
   } \
   v16 acc[NR][8]; \
   for (int r = 0; r < NR; r++) for (int i = 0; i < 8; i++) acc[r][i] = (v16){0}; \
-  for (long j = 0; j < nmax; j++) { \
+  for (long j = 0; j < m; j++) { \
     const float *v = kp[j] + D; \
-    for (int i = 0; i < hd / 16; i++) { v16 vv = ld(v + 16 * i); for (int r = 0; r < NR; r++) acc[r][i] += p[r * ldp + j] * vv; } \
+    for (int i = 0; i < hd / 16; i++) { v16 vv = ld(v + 16 * i); for (int r = 0; r < NR; r++) acc[r][i] += p[r * KC + j] * vv; } \
   } \
-  for (int r = 0; r < NR; r++) for (int i = 0; i < hd / 16; i++) st(out + r * ldo + 16 * i, acc[r][i] / tot[r]); \
+  for (int r = 0; r < NR; r++) for (int i = 0; i < hd / 16; i++) st(part + r * ldpart + 16 + 16 * i, acc[r][i]); \
 }
 ATTEND(1, 64) ATTEND(2, 64) ATTEND(3, 64) ATTEND(4, 64) ATTEND(1, 0) ATTEND(2, 0) ATTEND(3, 0) ATTEND(4, 0)
+
+/* one head of one row: its chunks' partial results joined in chunk order (the weights rescaled to the largest score);
+   a row with one chunk gets that chunk's sums times exactly 1 */
+static void join_chunks(const float *part, int nc, int hd, float *out) {
+  float mr = part[0]; for (int c = 1; c < nc; c++) if (part[c * PS(hd)] > mr) mr = part[c * PS(hd)];
+  float l = 0; v16 acc[8] = {{0}};
+  for (int c = 0; c < nc; c++) {
+    const float *pc = part + c * PS(hd); float w = expf(pc[0] - mr); l += w * pc[1];
+    for (int i = 0; i < hd / 16; i++) acc[i] += w * ld(pc + 16 + 16 * i);
+  }
+  for (int i = 0; i < hd / 16; i++) st(out + 16 * i, acc[i] / l);
+}
 
 '''
 _SRC_ATTN = _SRC_ATTN1 + _SRC_ATTN2
@@ -378,23 +391,25 @@ typedef struct {
 } pass_args;
 
 long smallem_work_floats(int R, int D, int F, int maxpos, int nthreads) {
-  return (long)R * (4 * D + 3 * F + (F > D ? 0 : D - F)) + (long)nthreads * ((RG + 2) * ((maxpos + 32L) & ~15L) + 2 * R + 32 + (long)R * D + (long)R * (F > D ? F : D) / 2);
+  return (long)R * (4 * D + 3 * F + (F > D ? 0 : D - F)) + (long)R * 2 * D * ((maxpos + KC) / KC) + (long)nthreads * ((RG + 2) * ((maxpos + 32L) & ~15L) + 2 * R + 32 + (long)R * D + (long)R * (F > D ? F : D) / 2);
 }
 
 int smallem_pass(const pass_args *a) {
   const int R = a->R, T = a->T, D = a->D, H = a->H, hd = a->hd, F = a->F, S = a->S, half = hd / 2, L1 = a->maxpos + 1, ldp = (L1 + 31) & ~15, PW = (RG + 2) * ldp;
-  const int G0 = (2 * a->nthreads + a->B * H - 1) / (a->B * H);   /* attention: a sequence's rows cut into NG groups of RS, two units a thread at least */
-  const int RS = (T + G0 - 1) / G0 < RG ? (T + G0 - 1) / G0 : RG, NG = (T + RS - 1) / RS;
+  const int NG = (T + RG - 1) / RG, RS = (T + NG - 1) / NG;   /* attention: a sequence's rows in NG groups of RS, at most RG */
+  long top = 1; for (int b = 0; b < a->B; b++) if (a->starts[b] + a->nnew[b] > top) top = a->starts[b] + a->nnew[b];
+  const int NC = (int)((top + KC - 1) / KC);     /* chunks of keys: the units the threads share are (group, head, chunk) */
   for (int r = 0; r < R; r++) if (a->tokens[r] < 0 || a->tokens[r] >= a->V) return 1;   /* refused before anything is read */
   float *qkv = a->work, *o = qkv + (long)R * 3 * D, *gu = o + (long)R * D, *hh = gu + (long)R * 2 * F;
   float *thr = hh + (long)R * (F > D ? F : D);
+  float *part = thr + (long)a->nthreads * (PW + 2 * R + 32 + (long)R * D + (long)R * (F > D ? F : D) / 2);   /* chunks' partial results [R, H, NC, PS] */
   const float scale = 1.0f / sqrtf((float)hd);
   #pragma omp parallel num_threads(a->nthreads)
   {
     float *p = thr + (long)omp_get_thread_num() * (PW + 2 * R + 32 + (long)R * D + (long)R * (F > D ? F : D) / 2), *iv = p + PW, *one = iv + R,
           *xg = one + R + 16;
-    bf_x = (unsigned *)(xg + (long)R * D + 16);
-    const float **kp = (const float **)(p + RG * ldp);   /* the key pointers of a group */   /* bf16 panels: x rounded, per thread */
+    bf_x = (unsigned *)(xg + (long)R * D + 16);   /* bf16 panels: x rounded, per thread */
+    const float **kp = (const float **)(p + RG * ldp);   /* the key pointers of a chunk */
     void (*mm)(int, int, int, const float *, long, const float *, float *, long, const float *, int) = a->f16 & 4 ? gemmb : a->f16 & 1 ? gemmh : gemm;
     const float *const *G = a->G;
     float *x = a->x;
@@ -429,17 +444,24 @@ _SRC_PASS2 = r'''    }
         }
       }
       #pragma omp for schedule(static)
-      for (int u = 0; u < a->B * NG * H; u++) {  /* attention of a group of rows of one sequence, one head */
-        int h = u % H, g = u / H % NG, b = u / (H * NG), t0 = g * RS, nr = T - t0 < RS ? T - t0 : RS;
+      for (int u = 0; u < a->B * NG * H * NC; u++) {   /* attention: a group of rows of one sequence, one head, one chunk of keys */
+        int c = u % NC, h = u / NC % H, g = u / (NC * H) % NG, b = u / (NC * H * NG), t0 = g * RS, nr = T - t0 < RS ? T - t0 : RS;
         if (nr <= 0) continue;
-        long end = a->starts[b] + a->nnew[b], nk[RG];
-        for (int i = 0; i < nr; i++) { long n = a->starts[b] + t0 + i + 1; n = n < end ? n : end; nk[i] = n < 1 ? 1 : n; }
-        const float *qq = qkv + (long)(b * T + t0) * 3 * D + h * hd; float *oo = o + (long)(b * T + t0) * D + h * hd;
-        const long *tb = a->pt + b * a->P;
-        void (*f)(const float *, long, const long *, const float *, const long *, int, int, int, int, float, float *, long, const float **, float *, long) =
+        long end = a->starts[b] + a->nnew[b], nk[RG], top = 0;
+        for (int i = 0; i < nr; i++) { long n = a->starts[b] + t0 + i + 1; n = n < end ? n : end; nk[i] = n < 1 ? 1 : n; if (nk[i] > top) top = nk[i]; }
+        if ((long)c * KC >= top) continue;       /* no row of the group sees these keys */
+        const float *qq = qkv + (long)(b * T + t0) * 3 * D + h * hd; const long *tb = a->pt + b * a->P;
+        float *pp = part + (((long)(b * T + t0) * H + h) * NC + c) * PS(hd);
+        void (*f)(const float *, long, const long *, long, const float *, const long *, int, int, int, int, float, float *, const float **, float *, long) =
           hd == 64 ? (nr == 1 ? attend1_64 : nr == 2 ? attend2_64 : nr == 3 ? attend3_64 : attend4_64)
                    : (nr == 1 ? attend1_0 : nr == 2 ? attend2_0 : nr == 3 ? attend3_0 : attend4_0);
-        f(qq, 3 * D, nk, kvl, tb, S, D, h * hd, hd, scale, p, ldp, kp, oo, D);
+        f(qq, 3 * D, nk, (long)c * KC, kvl, tb, S, D, h * hd, hd, scale, p, kp, pp, (long)H * NC * PS(hd));
+      }
+      #pragma omp for schedule(static)
+      for (int rh = 0; rh < R * H; rh++) {       /* each row's chunks joined, in chunk order */
+        int r = rh / H, h = rh % H, b = r / T, t = r % T;
+        long end = a->starts[b] + a->nnew[b], n = a->starts[b] + t + 1; n = n < end ? n : end; if (n < 1) n = 1;
+        join_chunks(part + ((long)r * H + h) * NC * PS(hd), (int)((n + KC - 1) / KC), hd, o + (long)r * D + h * hd);
       }
       mm(R, D, D, o, D, W[1], x, D, one, 1);
       inv_rms(R, D, x, a->eps, iv);

@@ -17,12 +17,12 @@ def fast(cpu_models):
 @pytest.mark.parametrize('kw', [dict(), dict(page_size=16), dict(script=False), dict(graphs='emulate')])
 def test_logits_match_reference(cpu_models, kw):
     t = cpu_models['target']; f = FastSmallem(t, **kw)
-    x = torch.randint(1, t.cfg.vocab_size, (3, 50), generator=torch.Generator().manual_seed(1))
+    x = torch.randint(1, t.cfg.vocab_size, (3, 140), generator=torch.Generator().manual_seed(1))   # rows past 64 and 128 keys (the kernel's chunks)
     with torch.inference_mode():
         ref, ref_h = t(x, return_hidden=True)
-        c = f.new_cache(capacity=[50] * 3); s = [c.new_seq() for _ in range(3)]
-        n = [30, 20, 25]
-        a = f(x[:, :30], c, s, n_new=n)
+        c = f.new_cache(capacity=[140] * 3); s = [c.new_seq() for _ in range(3)]
+        n = [126, 60, 95]
+        a = f(x[:, :126], c, s, n_new=n)
         for step in range(4):   # one token at a time, ragged rows: the decode shapes
             b = f(torch.stack([x[i, m + step:m + step + 1] for i, m in enumerate(n)]), c, s)
             for i, m in enumerate(n): assert (b[i, 0] - ref[i, m + step]).abs().max() < 1e-4, f"{kw}: row {i} step {step}"

@@ -46,13 +46,14 @@ def test_rows_do_not_change_a_tokens_logits(fast):
 
 @pytest.mark.parametrize('page_size', [None, 16])
 def test_attention_groups_do_not_change_a_row(cpu_models, page_size):
-    "Rows of one sequence attend in groups (up to four rows read each key once): every pass shape -- T = 1..8 rows, one sequence or three" \
-    " of different lengths, one page a sequence or pages of 16 -- gives each row the bits it gets alone in a one-token pass."
+    "Rows of one sequence attend in groups (up to four rows read each key once), over chunks of 64 keys joined in order: every pass shape" \
+    " -- T = 1..8 rows, one sequence or three of different lengths whose rows cross chunk boundaries, one page a sequence or pages of 16 --" \
+    " gives each row the bits it gets alone in a one-token pass."
     t = FastSmallem(cpu_models['target'], page_size=page_size); V = t.cfg.vocab_size
-    x = torch.randint(1, V, (3, 60), generator=torch.Generator().manual_seed(5))
-    ctx = [37, 44, 51]
+    x = torch.randint(1, V, (3, 150), generator=torch.Generator().manual_seed(5))
+    ctx = [59, 62, 124]   # rows on both sides of 64 and of 128 keys
     with torch.inference_mode():
-        c = t.new_cache(capacity=[60] * 6); s = [c.new_seq() for _ in range(6)]
+        c = t.new_cache(capacity=[150] * 6); s = [c.new_seq() for _ in range(6)]
         for b in range(3): t(x[b:b + 1, :ctx[b]], c, [s[b]]); t(x[b:b + 1, :ctx[b]], c, [s[3 + b]])
         alone = [torch.cat([t(x[b:b + 1, ctx[b] + i:ctx[b] + i + 1], c, [s[3 + b]]) for i in range(8)], 1) for b in range(3)]
         for T in range(1, 9):
