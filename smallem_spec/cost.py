@@ -69,7 +69,9 @@ class AdaptiveK:
                  probe_share:float=0.03,   # and at least long enough that the next probe is expected to lose no more than this share of it
                  warm:int=4,               # plain steps of a stretch not timed as the unit (caches still full of the proposer's weights)
                  timed_steps:int=16,       # plain steps a timing stretch times after those (one call of the library on a CPU: its own cost spread thin)
-                 ahead:int=8):             # rounds a k chosen outside probes lasts where the loop runs rounds in one call (12a_fused_cpu); the loop of 05 asks every round
+                 ahead:int=8,              # rounds a k chosen outside probes lasts where the loop runs rounds in one call (12a_fused_cpu); the loop of 05 asks every round
+                 budget:float=0.01,        # what the rounds may have lost in all, as a share of the tokens so far: past it, plain steps until they have made it up
+                 hope:float=0.9):          # a proposer no k of which would pay even with this acceptance at every position is never tried
         if kmax < 1: raise SmallemError(f"kmax must be >= 1 (got {kmax})")
         self.kmax, self.c, self.v, self.host, self.decay, self.prior = kmax, c, v, host, decay, prior
         self.acc, self.seen = [0.0] * kmax, [0.0] * kmax
@@ -81,6 +83,8 @@ class AdaptiveK:
         self.catchup, self._cu = 0.0, []                # what a probe's first round pays beyond a usual round (plain steps), its last values
         self.warm, self.timed_steps, self.switch, self._sw, self._timing = warm, timed_steps, 0.0, [], False   # what the first `warm` plain steps after rounds pay beyond the unit
         self.ahead = max(1, ahead)
+        self.budget, self.ledger, self.done = budget, 0.0, 0.0   # plain steps the timed rounds lost beyond what they returned (gains count against it); tokens so far
+        self.hope, self.hopeless = hope, None                     # decided at the first choice, from the costs known beforehand
 
     def alphas(self):
         "Per-position estimates, each shrunk toward the one before it (the first toward 1/2)."
@@ -106,14 +110,18 @@ def choose(self:AdaptiveK) -> int:
     "The k of the next round; 0 asks the loop for `self.steps` plain steps (k > 0: `self.steps` rounds at most, to a loop that runs rounds in one call)."
     self.rounds += 1; self.steps, self._timing = 1, False
     g = self.gains(); k = max(g, key=g.get)
+    if self.hopeless is None:   # with the costs measured beforehand: could any k pay if nearly every guess were kept?
+        self.hopeless = max(expected_tokens_pos([self.hope] * j) / self.cost(j) for j in range(1, self.kmax + 1)) < 1.0 + self.margin
     if not self.timed:                              # no clock (simulations): probe once every probe_every rounds
         if g[k] < 1.0 and self.rounds % self.probe_every: k = 0
     elif self._left > 0: k, self.steps, self._left = 0, self._left, 0          # a stretch the end of a text cut short
+    elif self.hopeless: k, self.steps = 0, 64 * self.probe_every               # plain steps only: no probe could find a k that pays
     elif self.t_plain is None or self.rounds % self.plain_every == 0: k, self.steps, self._timing = 0, self.warm + self.timed_steps, True   # time plain steps
     elif self._burst > 0: self.steps = self._burst; self._burst -= 1; k = max(k, self.k0)   # a probe: speculate, at least k0 guesses (one guess tells little of the next)
     elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3:   # no k pays, by what the best one was seen to cost
         loss = self.probe_rounds * self.cost(k) * (1 - g[k]) + self.catchup + self.switch   # plain steps the next probe is expected to lose (at k)
-        k, self.steps, self._burst = 0, max(self.stretch, math.ceil(loss / self.probe_share)), self.probe_rounds
+        owed = math.ceil(self.ledger / self.budget - self.done) if self.budget > 0 else 0   # plain steps until the rounds' losses are within budget
+        k, self.steps, self._burst = 0, max(self.stretch, math.ceil(loss / self.probe_share), owed), self.probe_rounds
         self.stretch = min(self.backoff * self.stretch, 64 * self.probe_every)
     else: self.stretch, self.steps = self.probe_every, self.ahead   # a k that pays: the next rounds may run in one call
     self.k, self._t0 = k, time.perf_counter()
@@ -134,6 +142,7 @@ def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=
             if w and prev != 0:   # what those first steps paid beyond the unit: part of what a probe costs
                 self._sw = (self._sw + [tw / self.t_plain - w])[-9:]; self.switch = max(0.0, sorted(self._sw)[len(self._sw) // 2])
         self._left = 0 if (self._timing or self.k != 0) else max(0, self.steps - steps)   # the rest of a stretch goes on in the next text (not the steps of rounds that had no guess left to make)
+        self.done += steps
         return
     if dt is not None and self.t_plain and prev == 0 and k in self.costs:   # after plain steps the proposer catches up: what that costs
         self._cu = (self._cu + [dt / self.t_plain - self.costs[k]])[-9:]; self.catchup = max(0.0, sorted(self._cu)[len(self._cu) // 2])
@@ -144,6 +153,9 @@ def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=
         self.timed_rounds[k] = self.timed_rounds.get(k, 0) + 1
         self._hs = (self._hs + [cost - round_cost(k, self.c, self.v)])[-9:]
         self.host = sorted(self._hs)[len(self._hs) // 2]    # for the k not yet run: the median excess over k c + v(k)
+    made = sum(n + 1 for n in n_accepted) / len(n_accepted) if n_accepted else 1.0   # tokens a row: what plain steps would have taken
+    if dt is not None and self.t_plain: self.ledger += dt / self.t_plain - made       # every timed round, the catch-ups and gains included
+    self.done += made
     self.acc = [a * self.decay for a in self.acc]; self.seen = [s * self.decay for s in self.seen]
     for n, kb in zip(n_accepted, ks):
         for j in range(min(n + 1, kb)):

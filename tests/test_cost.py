@@ -188,7 +188,7 @@ def test_adaptive_never_much_slower_than_plain(monkeypatch):
     mean = lambda **kw: statistics.mean(_simulate_timed(monkeypatch, seed=s, **kw) for s in range(5))
     assert mean(alpha=0.5, round_cost_of=dear, texts=1) <= 1.06
     assert mean(alpha=0.5, round_cost_of=dear, texts=8) <= 1.04
-    assert mean(alpha=0.5, round_cost_of=dear, texts=1, probe_share=1.0) > 1.10      # the control: the old schedule
+    assert mean(alpha=0.5, round_cost_of=dear, texts=1, probe_share=1.0, budget=0.0) > 1.10      # the control: the old schedule (and no loss budget)
     # where speculation pays (cheap rounds, acceptance 0.8) the policy still takes it
     assert mean(alpha=0.8, round_cost_of=lambda k: 1.05 + 0.1 * k, texts=1) < 0.6
 
@@ -196,14 +196,39 @@ def test_adaptive_probe_counts_the_catch_up(monkeypatch):
     "A losing proposer (rounds of 1.4 + 0.8 k plain steps, α = 1/2) whose first round after plain steps also pays a"
     "catch-up of 6 plain steps (what draft4's first round cost on an AMD EPYC, 7-8 steps against 2.5-3 for the others),"
     "8 texts of 200 tokens: the policy measures the catch-up and spaces its probes by it, within 5% of plain decoding;"
-    "the control, the same policy blind to the catch-up, probes as if it were free and loses more. Mean of 5 seeded runs."
+    "the control, the same policy blind to the catch-up, probes as if it were free and loses more. Mean of 5 seeded runs,"
+    "without the loss budget (test_adaptive_loss_budget), which would hide what the probe's own spacing does."
     import statistics
     class Blind(AdaptiveK):
         def update(self, *a, **kw): super().update(*a, **kw); self.catchup = 0.0
     dear = lambda k: 1.4 + 0.8 * k
-    mean = lambda **kw: statistics.mean(_simulate_timed(monkeypatch, alpha=0.5, round_cost_of=dear, catchup=6.0, seed=s, **kw) for s in range(5))
+    mean = lambda **kw: statistics.mean(_simulate_timed(monkeypatch, alpha=0.5, round_cost_of=dear, catchup=6.0, seed=s, budget=0.0, **kw) for s in range(5))
     seen, blind = mean(), mean(policy=Blind)
     assert seen <= 1.05 and blind > seen + 0.01, (seen, blind)
+
+def test_adaptive_loss_budget(monkeypatch):
+    "A losing proposer (rounds of 1.4 + 0.8 k plain steps, α = 1/2, a catch-up of 6 steps after plain ones), 8 texts of 200"
+    "tokens: the policy keeps what its timed rounds lost beyond what they returned, and past 1% of the tokens so far it"
+    "holds plain steps until they have made it up, so it stays within 2% of plain decoding; the control without that"
+    "ledger (budget 0) loses over 3.5%. Where speculation pays, the ledger changes nothing. Mean of 5 seeded runs."
+    import statistics
+    dear = lambda k: 1.4 + 0.8 * k
+    mean = lambda **kw: statistics.mean(_simulate_timed(monkeypatch, seed=s, **kw) for s in range(5))
+    kept, control = mean(alpha=0.5, round_cost_of=dear, catchup=6.0), mean(alpha=0.5, round_cost_of=dear, catchup=6.0, budget=0.0)
+    assert kept <= 1.02 and control > 1.035, (kept, control)
+    cheap = lambda k: 1.05 + 0.1 * k
+    assert mean(alpha=0.8, round_cost_of=cheap, texts=1) == mean(alpha=0.8, round_cost_of=cheap, texts=1, budget=0.0)
+
+def test_adaptive_never_tries_a_hopeless_proposer(monkeypatch):
+    "Priced beforehand at c = 0.7 a guess and v(k) = 1.5 (about draft4's at T = 1 on an AMD EPYC), no k pays even if 9"
+    "guesses in 10 were kept: the policy never speculates and costs exactly plain decoding, though the proposer's rounds"
+    "(1.4 + 0.8 k plain steps, α = 1/2) lose; the control that hopes for every guess kept (hope = 1, where k = 6 would"
+    "pay) probes and loses."
+    class Dear(AdaptiveK):
+        def __init__(self, kmax, c, v, **kw): super().__init__(kmax, 0.7, lambda j: 1.5, **kw)
+    dear = lambda k: 1.4 + 0.8 * k
+    assert _simulate_timed(monkeypatch, alpha=0.5, round_cost_of=dear, policy=Dear) == 1.0
+    assert _simulate_timed(monkeypatch, alpha=0.5, round_cost_of=dear, policy=Dear, hope=1.0) > 1.005
 
 def test_adaptive_plain_unit_ignores_a_stall(monkeypatch):
     "The plain step every cost is priced in is the median of the last nine timed stretches: one stretch the machine stalled"
