@@ -404,8 +404,9 @@ def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:in
         ref = load_or_train(preset, name, progress=progress); fast = FastSmallem(ref)
         paths = {'fast': fast, 'call': fast, 'script': FastSmallem(ref, kernel='script'), 'reference': ref}
         timers = {}
-        if fast.kernel == 'script': del paths['script'], paths['call']
-        else: timers['fast'] = kernel_times                # the fused kernel's own pass; 'call' is the same pass called from Python
+        if fast.kernel == 'script': del paths['script']
+        if fast.kernel == 'fused': timers['fast'] = kernel_times   # the fused kernel's own pass; 'call' is the same pass called from Python
+        else: del paths['call']
         try: paths['bf16'] = FastSmallem(ref, precision='bf16'); timers['bf16'] = kernel_times   # where the processor has AVX-512 BF16
         except SmallemError: pass
         t = step_times(paths, Ts, reps=reps, rounds=5, timers={p: (lambda m, Ts, reps: kernel_times(m, Ts, context, reps)) for p in timers} |

@@ -375,3 +375,24 @@ def test_fused_rounds_sampled(fast, prompts, monkeypatch):
     monkeypatch.setenv('SMALLEM_ROUNDS', 'fused'); calls.clear()
     r = e2e_test(t, lambda: MTPProposer(t), prompts[0], 2000, seed=4, mode='accept')   # chi2 2.1x its threshold
     assert calls and r['stat'] > r['threshold'], f"every proposal accepted in the one-call rounds, yet chi2 {r['stat']:.1f} <= {r['threshold']:.1f}"
+
+def test_kernel_benchmark_floors_and_paths(tmp_path):
+    "smallem_kernels' result for one model: the floor counts the weights and the keys and values cached at its context,"
+    " read at the fastest model-sized rate probed, and the products at the faster of torch's product and the cores' peak"
+    " (smallem_peak, which must exceed torch's 1024-square product: a floor from that product was no floor); the fused"
+    " kernel is timed as its own pass and as a call; the table reads this result and a run made before these changes."
+    import json
+    from pathlib import Path
+    from smallem_spec.fast import kernel_bench, format_kernels
+    res = kernel_bench('cpu', Ts=(1, 2, 4), reps=3, mb=64, models=('draft2',), progress=False, context=200)
+    m, r = res['machine'], res['models']['draft2']
+    assert m['probes'] == 2 and m['peak_gflops'] > m['matmul_gflops'] > 0
+    kv = 2 * 2 * 192 * 4 * 200                                      # draft2: 2 layers, dim 192, fp32, 200 tokens cached (9% of the bytes)
+    assert r['kv_mb'] == round(kv / 2**20, 2)
+    floor1 = (r['weight_mb'] * 2**20 + kv) / (m['bandwidth_model_size_gbs'] * 1e9) * 1e3
+    assert r['floor_ms'][1] == pytest.approx(floor1, rel=0.03) and r['floor_v'][0] == 1.0   # (rounded to a microsecond)
+    assert {'fast', 'call', 'script', 'reference'} <= set(r) and all(r[p]['t_ms'][1] > 0 for p in ('fast', 'call'))
+    table = format_kernels(res)
+    assert 'draft2   floor' in table and 'fast:call' in table and 'keys and values cached' in table
+    old = json.loads((Path(__file__).parent.parent/'nbs/bench/kernels_cpu_intel-xeon.json').read_text())
+    assert 'an earlier run' in format_kernels(old)
