@@ -390,7 +390,7 @@ typedef struct {
                                                       bf16 pairs: 4 the blocks, 8 the head */
 } pass_args;
 
-long smallem_work_floats(int R, int D, int F, int maxpos, int nthreads) {
+long smallem_work_floats(int R, int D, int F, int maxpos, int nthreads) {   /* maxpos: the last position any sequence of the call may reach */
   return (long)R * (4 * D + 3 * F + (F > D ? 0 : D - F)) + (long)R * 2 * D * ((maxpos + KC) / KC) + (long)nthreads * ((RG + 2) * ((maxpos + 32L) & ~15L) + 2 * R + 32 + (long)R * D + (long)R * (F > D ? F : D) / 2);
 }
 
@@ -815,8 +815,9 @@ def _args(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, h=None):
     vals = [x for s in sids for x in cache.pages[s] + [0] * (P - len(cache.pages[s]))] + list(starts) + list(n_new)
     ints = (ctypes.c_long * len(vals))(*vals)      # a ctypes array: cheaper than a tensor for a few integers
     nth = torch.get_num_threads()
-    need = self._need.get((R, nth))
-    if need is None: need = self._need[R, nth] = self.lib.smallem_work_floats(R, c.dim, c.ffn_dim, c.max_seq_len - 1, nth)
+    top = max(c.max_seq_len, getattr(cache, 'max_len', 0))   # the longest a sequence of this cache can be (a proposer's runs past the model's context)
+    need = self._need.get((R, nth, top))
+    if need is None: need = self._need[R, nth, top] = self.lib.smallem_work_floats(R, c.dim, c.ffn_dim, top - 1, nth)
     if self.work.numel() < need: self.work = torch.empty(need)
     tok = tokens if tokens.is_contiguous() else tokens.contiguous()
     D, V = c.dim, c.vocab_size
@@ -884,8 +885,9 @@ def spec_round(self:FusedPass, cache, sids, pcache, psids, starts:list[int], pst
     Pt, Pm = -(-cache.max_len // cache.page_size), -(-pcache.max_len // pcache.page_size)   # page tables as wide as the longest text: a fixed layout
     key = (B, K, nth, id(owner), Pt, Pm, cache.page_size, pcache.page_size)
     if key not in self._rounds:   # what stays from round to round: buffers, the integers' array, the two passes' arguments
-        need = max(self.lib.smallem_work_floats(R, D, c.ffn_dim, c.max_seq_len - 1, nth),
-                   self.lib.smallem_work_floats(R, D, owner.cfg.ffn_dim, c.max_seq_len - 1, nth))
+        top = max(c.max_seq_len, cache.max_len, pcache.max_len) - 1   # the attention's chunks of the longest text either cache holds
+        need = max(self.lib.smallem_work_floats(R, D, c.ffn_dim, top, nth),
+                   self.lib.smallem_work_floats(R, D, owner.cfg.ffn_dim, top, nth))
         if len(self._rounds) > 8: self._rounds.clear()
         work, fl, lo = torch.empty(need), torch.empty(2 * R * (D + V)), torch.empty(2 * R, dtype=torch.long)
         ints = (ctypes.c_long * (B * (Pt + Pm) + 8 * B + B * K + R + 2 * B))()

@@ -396,3 +396,15 @@ def test_kernel_benchmark_floors_and_paths(tmp_path):
     assert 'draft2   floor' in table and 'fast:call' in table and 'keys and values cached' in table
     old = json.loads((Path(__file__).parent.parent/'nbs/bench/kernels_cpu_intel-xeon.json').read_text())
     assert 'an earlier run' in format_kernels(old)
+
+def test_long_chains_past_the_context(fast, prompts, cpu_models):
+    "A proposer's chain runs past the model's context (its cache holds up to 2k more): with k = 120 near the end of a"
+    " 256-token context the MTP module's passes see up to ~370 keys, six chunks of attention, whose partial results the"
+    " work buffer must hold (it is sized by the caches' longest text, not the model's context). Greedy texts equal plain."
+    from smallem_spec.corpus import validation_prompts
+    t = fast['target']; d2 = FastSmallem(cpu_models['draft2'])
+    p = validation_prompts('cpu', n=2, length=236)
+    plain = generate(t, p, 20)
+    for k in (40, 120):
+        assert speculative_generate(t, MTPProposer(t), p, 20, k)[0] == plain, k
+        assert speculative_generate(t, DraftProposer(d2), p, 20, k)[0] == plain, k
