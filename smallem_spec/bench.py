@@ -21,8 +21,8 @@ from .mtp import PROPOSERS, DRAFTERS, parse_proposer, make_proposer
 from .cost import AdaptiveK, HeuristicK, expected_tokens_pos
 
 # %% auto #0
-__all__ = ['proposer_cost', 'decide_time', 'measure_costs', 'run_config', 'bench', 'format_table', 'verdict', 'result_path',
-           'plot_result', 'bench_cli']
+__all__ = ['ADAPTIVE_KMAX', 'proposer_cost', 'decide_time', 'measure_costs', 'run_config', 'bench', 'format_table', 'verdict',
+           'result_path', 'plot_result', 'bench_cli']
 
 # %% ../nbs/10_bench.ipynb #330878f3
 def _propose_time(target, make, chunks, k, temperature, n):
@@ -94,6 +94,8 @@ def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, 
     return out
 
 # %% ../nbs/10_bench.ipynb #223f889b
+ADAPTIVE_KMAX = 6   # the longest round the adaptive and heuristic rows may ask for
+
 def _rho(costs, T, p):
     "k -> how much dearer the verify pass of a round at k is in the loop than v(k) t(1): per k where measured so, else one figure, else 1."
     d = costs.get('rho_k', {}).get(T, {}).get(p)
@@ -108,7 +110,7 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
     secs, texts, passes, slots, agg = 0., [], 0, 0, SpecStats()
     pol, kk = None, k
     if k == 'adaptive':   # one policy for the whole row: what it learns of this machine and proposer carries from prompt to prompt
-        kk = 6; s = costs['s_lookup' if proposer == 'ngram' else 's'][temperature]
+        kk = ADAPTIVE_KMAX; s = costs['s_lookup' if proposer == 'ngram' else 's'][temperature]
         c0, c = costs['prop'][temperature][proposer]; rho = _rho(costs, temperature, proposer)
         pol = AdaptiveK(kk, c, lambda j: costs['v'][j] * rho(j) + s[j] + c0)   # the verify pass as the loop pays it
     for i, ch in enumerate(chunks):
@@ -117,7 +119,7 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
         if proposer == 'none':
             out, st = generate(target, ch, new_tokens, temperature, g, return_stats=True)
         else:
-            if k == 'heuristic': kk = 6; pol = HeuristicK(kk)
+            if k == 'heuristic': kk = ADAPTIVE_KMAX; pol = HeuristicK(kk)
             out, st = speculative_generate(target, make_proposer(proposer, target, models), ch, new_tokens, kk, temperature, g, k_policy=pol)
         sync(dev); secs += time.perf_counter() - t0
         texts += out
@@ -195,11 +197,12 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
             reps.append(dict(pred=pred, ratio=res['tokens'] / res['seconds'] / bt / pred, st=st, alphas=alphas, host=host, occ=occ,
                              t_step=t_step, t_unit=t_unit, t1=t1, drift=drift))
         m = sorted(reps, key=lambda x: x['pred'])[len(reps) // 2]   # the median prediction's repeat: its terms are the row's
+        at_k = lambda f: f(k) if isinstance(k, int) else statistics.mean(f(j) for j in range(1, ADAPTIVE_KMAX + 1))   # a k-dependent term: at the row's k, else its mean
         st, pp = m['st'], m['st'].pos_proposed
         row.update(alpha_per_position=[round(a, 4) if n else None for a, n in zip(m['alphas'], pp)],
                    host_per_round=round(m['host'] / m['t1'], 3), occupancy=round(m['occ'], 3), t_step_ms=round(m['t_step'] * 1e3, 4),
-                   t_unit_ms=round((m['t_unit'](k) if isinstance(k, int) else statistics.mean(m['t_unit'](j) for j in range(1, 7))) * 1e3 if callable(m['t_unit']) else m['t_unit'] * 1e3, 4), t1_ms=round(m['t1'] * 1e3, 4), drift=round(m['drift'], 3),
-                   tokens_per_round=round(st.tokens_per_round, 3), verify_scale=None if rho is None else round(rho(k) if isinstance(k, int) else statistics.mean(rho(j) for j in range(1, 7)), 3),
+                   t_unit_ms=round((at_k(m['t_unit']) if callable(m['t_unit']) else m['t_unit']) * 1e3, 4), t1_ms=round(m['t1'] * 1e3, 4), drift=round(m['drift'], 3),
+                   tokens_per_round=round(st.tokens_per_round, 3), verify_scale=None if rho is None else round(at_k(rho), 3),
                    predicted_speedup=round(m['pred'], 3), c=round(c, 3), c0=round(c0, 3), mean_k=round(statistics.mean(st.k_used), 2),
                    identical=(last['texts'] == raw[('none', 0, T, B)][-1][0]['texts']) if T == 0 else None,
                    measured_over_predicted=round(statistics.median(x['ratio'] for x in reps), 3))   # each repeat against its own prediction
@@ -243,7 +246,7 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     bar = tqdm(total=repeats * len(temperatures) * len(batches) * (len(configs) + 2) + 1, desc='smallem_bench', disable=not progress)
     for p in (list(proposers) or ['none']): run_config(target, models, prompts[:1], 8, p, 2, 0.0, 1, None)   # warm-up, not timed
     bar.update()
-    kmax = max([k for k in ks if isinstance(k, int)] + [6])
+    kmax = max([k for k in ks if isinstance(k, int)] + [ADAPTIVE_KMAX])
     ctx = min(32 + new_tokens // 2, target.cfg.max_seq_len - kmax - 2)     # passes priced at the run's mean context
     costs = {b: measure_costs(target, models, proposers, min(b, n_prompts), kmax, prompts, temperatures, min(3, repeats), preset, ctx,
                               (min(48, max(16, new_tokens // 4)), max(96, new_tokens))) for b in batches}   # enough rounds to time, briefly for a small run

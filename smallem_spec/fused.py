@@ -447,9 +447,9 @@ _SRC_PASS2 = r'''    }
       for (int u = 0; u < a->B * NG * H * NC; u++) {   /* attention: a group of rows of one sequence, one head, one chunk of keys */
         int c = u % NC, h = u / NC % H, g = u / (NC * H) % NG, b = u / (NC * H * NG), t0 = g * RS, nr = T - t0 < RS ? T - t0 : RS;
         if (nr <= 0) continue;
-        long end = a->starts[b] + a->nnew[b], nk[RG], top = 0;
-        for (int i = 0; i < nr; i++) { long n = a->starts[b] + t0 + i + 1; n = n < end ? n : end; nk[i] = n < 1 ? 1 : n; if (nk[i] > top) top = nk[i]; }
-        if ((long)c * KC >= top) continue;       /* no row of the group sees these keys */
+        long end = a->starts[b] + a->nnew[b], nk[RG], seen = 0;
+        for (int i = 0; i < nr; i++) { long n = a->starts[b] + t0 + i + 1; n = n < end ? n : end; nk[i] = n < 1 ? 1 : n; if (nk[i] > seen) seen = nk[i]; }
+        if ((long)c * KC >= seen) continue;      /* no row of the group sees these keys */
         const float *qq = qkv + (long)(b * T + t0) * 3 * D + h * hd; const long *tb = a->pt + b * a->P;
         float *pp = part + (((long)(b * T + t0) * H + h) * NC + c) * PS(hd);
         void (*f)(const float *, long, const long *, long, const float *, const long *, int, int, int, int, float, float *, const float **, float *, long) =

@@ -177,20 +177,26 @@ def _simulate_timed(monkeypatch, alpha:float, round_cost_of, texts:int=8, tokens
         spent, made = now[0], made + tokens
     return spent / made
 
+_dear = lambda k: 1.4 + 0.8 * k      # rounds that cost more than they return at α = 1/2 (about draft2's at batch 8 on the H200)
+_cheap = lambda k: 1.05 + 0.1 * k    # rounds that pay at α = 0.8
+
+def _mean_timed(monkeypatch, **kw) -> float:
+    "`_simulate_timed` over 5 seeds, their mean (deterministic)."
+    import statistics
+    return statistics.mean(_simulate_timed(monkeypatch, seed=s, **kw) for s in range(5))
+
 def test_adaptive_never_much_slower_than_plain(monkeypatch):
     "A proposer whose rounds cost more than they return (a round at k costs 1.4 + 0.8 k plain steps, about what draft2's"
     "rounds cost at batch 8 on the H200, and keeps each guess with probability 1/2), over one text of 200 tokens (batch 8"
     "on 8 prompts: one text) and over 8 texts (batch 1). Mean of 5 seeded runs; deterministic. The policy's first probe"
     "is the floor it cannot go under (about 3% of 200 tokens); without the probe floor (probe_share=1: stretches grow"
     "only by doubling) one text loses about 14%, what made the GPU's batch-8 adaptive rows 0.70-0.89 of plain decoding."
-    import statistics
-    dear = lambda k: 1.4 + 0.8 * k
-    mean = lambda **kw: statistics.mean(_simulate_timed(monkeypatch, seed=s, **kw) for s in range(5))
-    assert mean(alpha=0.5, round_cost_of=dear, texts=1) <= 1.06
-    assert mean(alpha=0.5, round_cost_of=dear, texts=8) <= 1.04
-    assert mean(alpha=0.5, round_cost_of=dear, texts=1, probe_share=1.0, budget=0.0) > 1.10      # the control: the old schedule (and no loss budget)
+    mean = lambda **kw: _mean_timed(monkeypatch, **kw)
+    assert mean(alpha=0.5, round_cost_of=_dear, texts=1) <= 1.06
+    assert mean(alpha=0.5, round_cost_of=_dear, texts=8) <= 1.04
+    assert mean(alpha=0.5, round_cost_of=_dear, texts=1, probe_share=1.0, budget=0.0) > 1.10      # the control: the old schedule (and no loss budget)
     # where speculation pays (cheap rounds, acceptance 0.8) the policy still takes it
-    assert mean(alpha=0.8, round_cost_of=lambda k: 1.05 + 0.1 * k, texts=1) < 0.6
+    assert mean(alpha=0.8, round_cost_of=_cheap, texts=1) < 0.6
 
 def test_adaptive_probe_counts_the_catch_up(monkeypatch):
     "A losing proposer (rounds of 1.4 + 0.8 k plain steps, α = 1/2) whose first round after plain steps also pays a"
@@ -198,11 +204,9 @@ def test_adaptive_probe_counts_the_catch_up(monkeypatch):
     "8 texts of 200 tokens: the policy measures the catch-up and spaces its probes by it, within 5% of plain decoding;"
     "the control, the same policy blind to the catch-up, probes as if it were free and loses more. Mean of 5 seeded runs,"
     "without the loss budget (test_adaptive_loss_budget), which would hide what the probe's own spacing does."
-    import statistics
     class Blind(AdaptiveK):
         def update(self, *a, **kw): super().update(*a, **kw); self.catchup = 0.0
-    dear = lambda k: 1.4 + 0.8 * k
-    mean = lambda **kw: statistics.mean(_simulate_timed(monkeypatch, alpha=0.5, round_cost_of=dear, catchup=6.0, seed=s, budget=0.0, **kw) for s in range(5))
+    mean = lambda **kw: _mean_timed(monkeypatch, alpha=0.5, round_cost_of=_dear, catchup=6.0, budget=0.0, **kw)
     seen, blind = mean(), mean(policy=Blind)
     assert seen <= 1.05 and blind > seen + 0.01, (seen, blind)
 
@@ -211,13 +215,10 @@ def test_adaptive_loss_budget(monkeypatch):
     "tokens: the policy keeps what its timed rounds lost beyond what they returned, and past 1% of the tokens so far it"
     "holds plain steps until they have made it up, so it stays within 2% of plain decoding; the control without that"
     "ledger (budget 0) loses over 3.5%. Where speculation pays, the ledger changes nothing. Mean of 5 seeded runs."
-    import statistics
-    dear = lambda k: 1.4 + 0.8 * k
-    mean = lambda **kw: statistics.mean(_simulate_timed(monkeypatch, seed=s, **kw) for s in range(5))
-    kept, control = mean(alpha=0.5, round_cost_of=dear, catchup=6.0), mean(alpha=0.5, round_cost_of=dear, catchup=6.0, budget=0.0)
+    mean = lambda **kw: _mean_timed(monkeypatch, **kw)
+    kept, control = mean(alpha=0.5, round_cost_of=_dear, catchup=6.0), mean(alpha=0.5, round_cost_of=_dear, catchup=6.0, budget=0.0)
     assert kept <= 1.02 and control > 1.035, (kept, control)
-    cheap = lambda k: 1.05 + 0.1 * k
-    assert mean(alpha=0.8, round_cost_of=cheap, texts=1) == mean(alpha=0.8, round_cost_of=cheap, texts=1, budget=0.0)
+    assert mean(alpha=0.8, round_cost_of=_cheap, texts=1) == mean(alpha=0.8, round_cost_of=_cheap, texts=1, budget=0.0)
 
 def test_adaptive_never_tries_a_hopeless_proposer(monkeypatch):
     "Priced beforehand at c = 0.7 a guess and v(k) = 1.5 (about draft4's at T = 1 on an AMD EPYC), no k pays even if 9"
@@ -226,9 +227,8 @@ def test_adaptive_never_tries_a_hopeless_proposer(monkeypatch):
     "pay) probes and loses."
     class Dear(AdaptiveK):
         def __init__(self, kmax, c, v, **kw): super().__init__(kmax, 0.7, lambda j: 1.5, **kw)
-    dear = lambda k: 1.4 + 0.8 * k
-    assert _simulate_timed(monkeypatch, alpha=0.5, round_cost_of=dear, policy=Dear) == 1.0
-    assert _simulate_timed(monkeypatch, alpha=0.5, round_cost_of=dear, policy=Dear, hope=1.0) > 1.005
+    assert _simulate_timed(monkeypatch, alpha=0.5, round_cost_of=_dear, policy=Dear) == 1.0
+    assert _simulate_timed(monkeypatch, alpha=0.5, round_cost_of=_dear, policy=Dear, hope=1.0) > 1.005
 
 def test_adaptive_plain_unit_ignores_a_stall(monkeypatch):
     "The plain step every cost is priced in is the median of the last nine timed stretches: one stretch the machine stalled"
