@@ -58,20 +58,23 @@ def best_k(alphas:list[float], c:float, v, host:float=0.0) -> tuple[int, float]:
 
 # %% ../nbs/09_cost_model.ipynb #98b9bead
 class AdaptiveK:
-    "Pick k each round from decayed per-position acceptance and what rounds cost in the loop; k = 0 (plain steps) where no k pays."
+    "Pick k each round from decayed per-position acceptance and what rounds cost in the loop (their timings weighed against the prices known beforehand); k = 0 (plain steps) where no k pays."
     def __init__(self, kmax:int, c:float, v, host:float=0.0, decay:float=0.957, prior:float=2.0, k0:int=2,
                  timed:bool=True,          # time rounds with the loop's clock and price each k by what it cost there
                  probe_every:int=16,       # plain steps before speculating again (times `backoff` after each probe that fails, up to 64 times)
                  probe_rounds:int=4,       # speculative rounds a probe lasts, at least k0 guesses each (its first pays the proposer's catch-up and is not timed)
-                 plain_every:int=64,       # re-time plain steps after this many rounds
+                 plain_every:int=128,      # re-time plain steps after this many rounds
                  margin:float=0.02,        # speculate only where a k is predicted to beat plain steps by this much
                  backoff:int=2,            # how much longer each stretch of plain steps is than the last, after a probe that failed
                  probe_share:float=0.03,   # and at least long enough that the next probe is expected to lose no more than this share of it
                  warm:int=4,               # plain steps of a stretch not timed as the unit (caches still full of the proposer's weights)
                  timed_steps:int=16,       # plain steps a timing stretch times after those (one call of the library on a CPU: its own cost spread thin)
-                 ahead:int=8,              # rounds a k chosen outside probes lasts where the loop runs rounds in one call (12a_fused_cpu); the loop of 05 asks every round
+                 ahead:int=32,             # rounds a k chosen outside probes lasts where the loop runs rounds in one call (12a_fused_cpu); the loop of 05 asks every round
                  budget:float=0.01,        # what the rounds may have lost in all, as a share of the tokens so far: past it, plain steps until they have made it up
-                 hope:float=0.9):          # a proposer no k of which would pay even with this acceptance at every position is never tried
+                 hope:float=0.9,           # a proposer no k of which would pay even with this acceptance at every position is never tried
+                 unit:float|None=None,     # seconds of the pass c and v are priced in (None: a plain step); converted to the loop's plain step once timed
+                 n0:float=3.0,             # rounds' worth of weight the prior (with the offset seen at the other k) keeps in the price of a k run less
+                 z:float=1.0):             # speculation stops only when no k would pay even with acceptance this many standard errors higher
         if kmax < 1: raise SmallemError(f"kmax must be >= 1 (got {kmax})")
         self.kmax, self.c, self.v, self.host, self.decay, self.prior = kmax, c, v, host, decay, prior
         self.acc, self.seen = [0.0] * kmax, [0.0] * kmax
@@ -85,19 +88,28 @@ class AdaptiveK:
         self.ahead = max(1, ahead)
         self.budget, self.ledger, self.done = budget, 0.0, 0.0   # plain steps the timed rounds lost beyond what they returned (gains count against it); tokens so far
         self.hope, self.hopeless = hope, None                     # decided at the first choice, from the costs known beforehand
+        self.unit, self.n0, self.z = unit, n0, z
 
-    def alphas(self):
-        "Per-position estimates, each shrunk toward the one before it (the first toward 1/2)."
+    def alphas(self, z:float=0.0):
+        "Per-position estimates, each shrunk toward the one before it (the first toward 1/2); `z` > 0: each raised by z of its standard errors (what the guesses seen so far cannot yet rule out)."
         out, prev = [], 0.5
         for a, s in zip(self.acc, self.seen):
-            prev = (a + self.prior * prev) / (s + self.prior); out.append(prev)
+            prev = (a + self.prior * prev) / (s + self.prior); out.append(min(1.0, prev + z * math.sqrt(prev * (1 - prev) / (s + self.prior))))
         return out
+    def scale(self) -> float:
+        "Plain steps a pass of the prior's unit is worth: 1 until both are known."
+        return self.unit / self.t_plain if (self.unit and self.t_plain) else 1.0
+    def priced(self, k:int) -> float:
+        "A round at k in plain steps as priced beforehand, (k c + v(k)) in the loop's unit, plus the offset the timed rounds showed (`host`)."
+        return round_cost(k, self.c, self.v) * self.scale() + self.host
     def cost(self, k:int) -> float:
-        "A round at k in plain steps: as measured in the loop where k has run, else k c + v(k) + host."
-        return self.costs.get(k, round_cost(k, self.c, self.v) + self.host)
-    def gains(self) -> dict:
-        "Predicted speed-up of each k: expected tokens over cost."
-        a = self.alphas()
+        "A round at k in plain steps: the median of its last timed rounds (at most nine) weighed against `priced(k)` as `n0` more rounds; that alone where k has not run. A k timed a few times in a bad moment is not priced out for good, and the k not yet run learn from those that have."
+        ts = self._ts.get(k)
+        if not ts: return self.priced(k)
+        return (len(ts) * self.costs[k] + self.n0 * self.priced(k)) / (len(ts) + self.n0)
+    def gains(self, z:float=0.0) -> dict:
+        "Predicted speed-up of each k: expected tokens over cost (`z`: with the optimistic acceptance of `alphas`)."
+        a = self.alphas(z)
         return {k: expected_tokens_pos(a[:k]) / self.cost(k) for k in range(1, self.kmax + 1)}
 
     def start(self):
@@ -110,7 +122,7 @@ def choose(self:AdaptiveK) -> int:
     "The k of the next round; 0 asks the loop for `self.steps` plain steps (k > 0: `self.steps` rounds at most, to a loop that runs rounds in one call)."
     self.rounds += 1; self.steps, self._timing = 1, False
     g = self.gains(); k = max(g, key=g.get)
-    if self.hopeless is None:   # with the costs measured beforehand: could any k pay if nearly every guess were kept?
+    if self.hopeless is None and (self.unit is None or self.t_plain is not None):   # with the prices known beforehand (in plain steps): could any k pay if nearly every guess were kept?
         self.hopeless = max(expected_tokens_pos([self.hope] * j) / self.cost(j) for j in range(1, self.kmax + 1)) < 1.0 + self.margin
     if not self.timed:                              # no clock (simulations): probe once every probe_every rounds
         if g[k] < 1.0 and self.rounds % self.probe_every: k = 0
@@ -118,7 +130,7 @@ def choose(self:AdaptiveK) -> int:
     elif self.hopeless: k, self.steps = 0, 64 * self.probe_every               # plain steps only: no probe could find a k that pays
     elif self.t_plain is None or self.rounds % self.plain_every == 0: k, self.steps, self._timing = 0, self.warm + self.timed_steps, True   # time plain steps
     elif self._burst > 0: self.steps = self._burst; self._burst -= 1; k = max(k, self.k0)   # a probe: speculate, at least k0 guesses (one guess tells little of the next)
-    elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3:   # no k pays, by what the best one was seen to cost
+    elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3 and max(self.gains(self.z).values()) < 1.0 + self.margin:   # no k pays, by what the best one was seen to cost, even hoping for z standard errors more acceptance
         loss = self.probe_rounds * self.cost(k) * (1 - g[k]) + self.catchup + self.switch   # plain steps the next probe is expected to lose (at k)
         owed = math.ceil(self.ledger / self.budget - self.done) if self.budget > 0 else 0   # plain steps until the rounds' losses are within budget
         k, self.steps, self._burst = 0, max(self.stretch, math.ceil(loss / self.probe_share), owed), self.probe_rounds
@@ -145,14 +157,14 @@ def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=
         self.done += steps
         return
     if dt is not None and self.t_plain and prev == 0 and k in self.costs:   # after plain steps the proposer catches up: what that costs
-        self._cu = (self._cu + [dt / self.t_plain - self.costs[k]])[-9:]; self.catchup = max(0.0, sorted(self._cu)[len(self._cu) // 2])
+        self._cu = (self._cu + [dt / self.t_plain - self.cost(k)])[-9:]; self.catchup = max(0.0, sorted(self._cu)[len(self._cu) // 2])
     if dt is not None and self.t_plain and prev != 0:   # (after plain steps a drafter catches up: not a round's usual cost)
         cost = dt / self.t_plain
         self._ts[k] = (self._ts.get(k, []) + [cost])[-9:]   # a median of the last nine: one round the machine stalled in does not price k out
         self.costs[k] = sorted(self._ts[k])[len(self._ts[k]) // 2]
         self.timed_rounds[k] = self.timed_rounds.get(k, 0) + 1
-        self._hs = (self._hs + [cost - round_cost(k, self.c, self.v)])[-9:]
-        self.host = sorted(self._hs)[len(self._hs) // 2]    # for the k not yet run: the median excess over k c + v(k)
+        self._hs = (self._hs + [cost - round_cost(k, self.c, self.v) * self.scale()])[-9:]
+        self.host = sorted(self._hs)[len(self._hs) // 2]    # the median excess over k c + v(k): the prior's offset
     made = sum(n + 1 for n in n_accepted) / len(n_accepted) if n_accepted else 1.0   # tokens a row: what plain steps would have taken
     if dt is not None and self.t_plain: self.ledger += dt / self.t_plain - made       # every timed round, the catch-ups and gains included
     self.done += made

@@ -4,7 +4,7 @@
 
 # %% ../nbs/12_fast_path.ipynb #aed0f1ed
 from __future__ import annotations
-import argparse, copy, json, math, statistics, time
+import argparse, copy, json, math, statistics, time, weakref
 from typing import List, Optional
 import torch
 import torch.nn.functional as F
@@ -108,7 +108,7 @@ class FastSmallem:
         self.page_size = page_size or c.max_seq_len
         self.graphs = (model.device.type == 'cuda') if graphs is None else graphs   # 'emulate': the graph bookkeeping without capture (tests)
         if self.graphs and self.page_size != c.max_seq_len: raise SmallemError("captured graphs need one page per sequence")
-        self._pools, self._graphs, self._live = {}, {}, {}
+        self._pools, self._graphs, self._live, self._spare = {}, {}, {}, {}
         if c.max_seq_len % self.page_size: raise SmallemError(f"page size {self.page_size} does not divide the context {c.max_seq_len}")
     training = False                      # inference only; `eval`/`train` exist so evaluation code takes it
     @property
@@ -211,8 +211,13 @@ def new_cache(self:FastSmallem, batch:int=1, page_size:int|None=None, n_pages:in
                 have = self._pools[kind] = torch.zeros(n_layers, (n_pages + 1) * ps, 2 * c.dim, device=self.device, dtype=self.emb.dtype)
                 self._graphs = {k: g for k, g in self._graphs.items() if k[0] != kind}   # captured on the old pool
             pool = have
+    else:   # the storage of the last cache of this kind, once nothing holds that cache: a short generation spent a tenth of its time allocating and zeroing megabytes
+        spare, shape = self._spare.get(kind), (n_layers, (n_pages + 1) * ps, 2 * c.dim)
+        if spare is not None and spare[0]() is None and spare[1].numel() >= math.prod(shape): pool = spare[1][:math.prod(shape)].view(shape)   # contiguous
     cache = FastKVCache(n_layers, c.n_heads, c.head_dim, n_pages, ps, c.max_seq_len, device=self.device, dtype=self.emb.dtype, pool=pool)
-    if pool is not None: self._live[kind] = cache
+    if self.graphs:
+        if pool is not None: self._live[kind] = cache
+    else: self._spare[kind] = (weakref.ref(cache), cache.kv.view(-1) if pool is None else spare[1])   # its slots keep finite values of earlier texts: read by no row (masked)
     return cache
 
 # %% ../nbs/12_fast_path.ipynb #a7dca953
@@ -367,18 +372,15 @@ def count_ops(model, T:int=1, context:int=200) -> int:
 
 @torch.inference_mode()
 def kernel_times(fast:FastSmallem, Ts=(1, 2, 4, 8), context:int=200, reps:int=40, batch:int=1) -> dict:
-    "Median seconds of the fused kernel's own pass over T new tokens for each of `batch` sequences with `context` tokens cached: the pass as the library's chains and rounds run it, with no Python call around it (`pass_times` times a call from Python)."
+    "Median seconds of the fused kernel's own pass over T new tokens for each of `batch` sequences with `context` tokens cached: the pass as the library's chains and rounds run it, with no Python call around it (`pass_times` times a call from Python); the values of T taken in turn, pass by pass, so that a slow moment of the machine falls on all of them."
     if getattr(fast, 'fused', None) is None: raise SmallemError("kernel_times needs the fused kernel (FastSmallem(model, kernel='fused'))")
     cache = fast.new_cache(batch=batch); s = [cache.new_seq() for _ in range(batch)]; g = torch.Generator().manual_seed(0)
     fast(torch.randint(1, fast.cfg.vocab_size, (batch, context), generator=g), cache, s)
-    res = {}
-    for T in Ts:
-        x = torch.randint(1, fast.cfg.vocab_size, (batch, T), generator=g)
-        cache.append(s, [T] * batch)
-        try: res[T] = fast.fused.time_pass(cache, s, [context] * batch, [T] * batch, x, batch, T, reps=reps)
-        finally:
-            for q in s: cache.keep(q, context)
-    return res
+    xs = [torch.randint(1, fast.cfg.vocab_size, (batch, T), generator=g) for T in Ts]
+    cache.append(s, [max(Ts)] * batch)
+    try: return dict(zip(Ts, fast.fused.time_passes(cache, s, [context] * batch, xs, reps)))   # the shapes in turn, pass by pass
+    finally:
+        for q in s: cache.keep(q, context)
 
 def step_times(variants:dict, Ts=(1, 2, 3, 4, 5, 8), reps:int=40, rounds:int=3, timers:dict|None=None) -> dict:
     "Median pass time per variant and T, the variants measured in turn `rounds` times (interleaved); `timers` maps a variant to its timing function (default `pass_times`, a call from Python)."

@@ -53,12 +53,18 @@ _SRC_GEMM = r'''
 /* Y[r, 0:32] (= or +=) sc[r] * sum_k X[r, k] P[k, 0:32] for RT rows; P is one packed panel [K][32] of WT, each 16 of
    its values read into fp32 by LOAD, once for all rows. Each row's sum runs over k in the same order whatever RT is: a
    row's result does not depend on its neighbours. */
+#define PF 128                                   /* panel rows a product asks for ahead of the one it multiplies */
+/* The weights stream in from the last-level cache. With several rows a k-step holds more instructions, the core looks
+   fewer steps ahead and fewer lines are on their way; so from two rows on, each step asks for the lines PF steps ahead
+   (12 KB of fp32 panel, on into the next panel; a prefetch past the matrix's end reads nothing and cannot fault). With
+   one row the core runs far enough ahead by itself, and the extra instructions cost more than they bring. */
 #define PANEL(NAME, WT, LOAD, RT) \
 static void NAME##_panel##RT(int K, const float *restrict X, long ldx, const WT *restrict P, float *restrict Y, long ldy, \
                              const float *restrict sc, int acc) { \
   v16 a[RT][2]; \
   for (int r = 0; r < RT; r++) { a[r][0] = (v16){0}; a[r][1] = (v16){0}; } \
   for (int k = 0; k < K; k++) { \
+    if (RT > 1) { __builtin_prefetch(P + (k + PF) * NB); __builtin_prefetch(P + (k + PF) * NB + 16); } \
     v16 w0 = LOAD(P + k * NB), w1 = LOAD(P + k * NB + 16); \
     __asm__("" : "+v"(w0), "+v"(w1));   /* keep them in registers: the compiler would reload them for every row */ \
     for (int r = 0; r < RT; r++) { float xv = X[r * ldx + k]; a[r][0] += xv * w0; a[r][1] += xv * w1; } \
@@ -260,6 +266,10 @@ static void attend##NR##_##HD(const float *q, long ldq, const long *n, long j0, 
   const long m = (nmax < j0 + KC ? nmax : j0 + KC) - j0, m16 = (m + 15) & ~15L; \
   for (long j = 0, pg = j0 / S, in = j0 % S; j < m; j++) { kp[j] = kvl + (tb[pg] * S + in) * 2 * D + off; if (++in == S) { in = 0; pg++; } } \
   for (long j = m; j < m16; j++) kp[j] = kp[0];             /* lanes past the last key: any key, masked */ \
+  for (long j = 0; j < m; j++) {         /* every line of the chunk's keys and values asked for at once (the slots are apart) */ \
+    const char *kv = (const char *)kp[j]; \
+    for (int i = 0; i < hd * 4; i += 64) { __builtin_prefetch(kv + i); __builtin_prefetch(kv + (long)D * 4 + i); } \
+  } \
   const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}; \
   const v16 ninf = (v16){0} - INFINITY; v16 mx[NR]; \
   for (int r = 0; r < NR; r++) mx[r] = ninf; \
@@ -844,15 +854,26 @@ def __call__(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, h=None, c
     return logits, out[:R * D].view(B, T, D)
 
 @patch
-def time_pass(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, reps:int=40, h=None) -> float:
-    "Median seconds of the kernel's own pass over `tokens` [B, T] at `starts` (the cache holds their pages), run `reps` times after three untimed: no Python around it, as the library's chains and rounds run their passes. The pass writes the same slots each time."
-    a, *keep = self._args(cache, sids, starts, n_new, tokens, B, T, h)
-    f, ref, clock, ts = self.lib.smallem_pass, ctypes.byref(a), time.perf_counter, []
+def time_passes(self:FusedPass, cache, sids, starts, tokens:list, reps:int=40, hs:list|None=None, n_new:list|None=None) -> list[float]:
+    "Median seconds of the kernel's own pass over each of `tokens` ([B, T_i] appended at `starts`; the cache holds the pages of the longest), the passes taken in turn `reps` times after three untimed rounds: no Python around a pass, as the library's chains and rounds run them, and whatever the machine does meanwhile shared by every shape. `hs`: an MTP module's hidden states, one per shape; `n_new`: tokens each row adds (default all). Each pass writes the same slots each time."
+    B, built = len(sids), []
+    for i, x in enumerate(tokens):
+        T = x.shape[1]
+        a, *keep = self._args(cache, sids, starts, [T] * B if n_new is None else n_new[i], x, B, T, None if hs is None else hs[i])
+        built.append((PassArgs.from_buffer_copy(a), keep))   # _args fills the model's one struct: a copy per shape
+    for a, _ in built: a.work = self.work.data_ptr()         # the scratch may have grown for a later shape
+    f, clock, refs, ts = self.lib.smallem_pass, time.perf_counter, [ctypes.byref(a) for a, _ in built], [[] for _ in built]
     for i in range(reps + 3):
-        t0 = clock(); bad = f(ref); t1 = clock()
-        if bad: _bad_token(self.cfg.vocab_size)
-        if i >= 3: ts.append(t1 - t0)
-    return statistics.median(ts)
+        for j, ref in enumerate(refs):
+            t0 = clock(); bad = f(ref); t1 = clock()
+            if bad: _bad_token(self.cfg.vocab_size)
+            if i >= 3: ts[j].append(t1 - t0)
+    return [statistics.median(t) for t in ts]
+
+@patch
+def time_pass(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, reps:int=40, h=None) -> float:
+    "Median seconds of the kernel's own pass over `tokens` [B, T] at `starts` (the cache holds their pages), run `reps` times after three untimed (`time_passes` for one shape)."
+    return self.time_passes(cache, sids, starts, [tokens], reps, None if h is None else [h], [n_new])[0]
 
 
 # %% ../nbs/12a_fused_cpu.ipynb #d7a1c0b2
@@ -971,7 +992,7 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
                     if k_policy is not None: k_policy.update(0, [0] * len(rows), [0] * len(rows), steps=m, **({'first': first} if first else {}))
                     log += [(0, [0] * len(rows), [0] * len(rows))] * m
                 else:
-                    t0 = clock()
+                    t0 = clock(); tcu = 0.0
                     if kn is None:                    # the first guesses: the proposer reads what it has not read (the prompt, or plain steps' tokens)
                         dt, qt = proposer.propose(rows, ks, temperature, generator)
                         if mtp:                       # the module's chained positions go; its true length stays
@@ -981,7 +1002,7 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
                             for b in rows: pt[b] = len(proposer.ctx[b]) - proposer.off[b]
                         d, kn, K = [x for row in dt.tolist() for x in row + [0] * (kr - len(row))], list(ks), kr
                         if temperature > 0: q = torch.zeros(len(rows), kr, V); q[:, :qt.shape[1]] = qt
-                        tp['propose'] += clock() - t0
+                        tcu = clock() - t0; tp['propose'] += tcu   # the catch-up: the first round's alone
                     if K != kr:                       # the guesses (and their laws) laid out for this round's k
                         d = [x for i in range(len(rows)) for x in (d[i * K:(i + 1) * K] + [0] * kr)[:kr]]
                         if q is not None: q2 = torch.zeros(len(rows), kr, V); j = min(K, kr); q2[:, :j] = q[:, :j]; q = q2
@@ -1005,9 +1026,9 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
                             if mtp: pc.keep(ps[i], mst[i])
                             else: pt[b] = ptn[i]; pc.keep(ps[i], pt[b] + max(kn[i] - 1, 0))
                         log += [(K, x[0::2], x[1::2]) for x in rl]
-                        if k_policy is not None:   # each round's own seconds and its share of the Python before and after the call
-                            extra = (clock() - tc - sum(rs)) / len(rl)
-                            for j, x in enumerate(rl): k_policy.update(K, x[1::2], x[0::2], seconds=rs[j] + extra, more=j > 0)
+                        if k_policy is not None:   # each round's own seconds and its share of the Python before and after the call (the catch-up the first's)
+                            extra = (clock() - tc - sum(rs) - tcu) / len(rl)
+                            for j, x in enumerate(rl): k_policy.update(K, x[1::2], x[0::2], seconds=rs[j] + extra + (tcu if j == 0 else 0.0), more=j > 0)
                     else:
                         if temperature > 0:           # the decision's uniforms, then the next guesses': the loop of 05's order
                             u = ubuf.get((B, K))

@@ -256,3 +256,38 @@ def test_adaptive_plain_unit_skips_the_cold_steps(monkeypatch):
     whole = AdaptiveK(6, 0.3, lambda j: 1.0)
     whole._t0 = now[0]; now[0] += 10.0; whole.update(0, [], [], steps=8)
     assert whole.t_plain == 1.25 and whole.switch == 0.0
+
+def _stalled(base, n:int, factor:float):
+    "A round cost whose first n rounds are `factor` times dearer: the machine busy elsewhere while the first probe runs."
+    count = [0]
+    def f(k): count[0] += 1; return base(k) * (factor if count[0] <= n else 1.0)
+    return f
+
+def test_adaptive_probe_in_a_bad_moment(monkeypatch):
+    "A proposer that pays (rounds of 1.2 + 0.35 k plain steps, α = 0.75, a catch-up of 1 step: about the MTP module's at"
+    "T = 1 on an AMD EPYC, x1.2 at k = 2) whose first four rounds fall in a stall (twice their cost: the machine is shared),"
+    "8 texts of 200 tokens, mean of 8 seeds: the policy stops speculating only when even an acceptance one standard error"
+    "above its estimate would not pay (z = 1), so a stalled probe and a few unlucky guesses do not send it to plain steps,"
+    "and it ends under 0.90 of plain decoding's time; the control that stops on its estimates alone (z = 0) spends much of"
+    "the run in plain steps (over 0.95). Without the stall both take what speculation offers (under 0.88)."
+    import statistics
+    pays = lambda k: 1.2 + 0.35 * k
+    run = lambda cost, **kw: statistics.mean(_simulate_timed(monkeypatch, alpha=0.75, round_cost_of=cost(), catchup=1.0, seed=s, **kw) for s in range(8))
+    hoped, control = run(lambda: _stalled(pays, 4, 2.0)), run(lambda: _stalled(pays, 4, 2.0), z=0.0)
+    assert hoped < 0.90 and control > 0.95, (hoped, control)
+    assert run(lambda: pays) < 0.88 and run(lambda: pays, z=0.0) < 0.88
+
+def test_adaptive_prices_by_hand(monkeypatch):
+    "c and v priced in passes of `unit` seconds become plain steps once a plain step is timed (here 2 units a step); a k"
+    "timed n times is its median weighed against that price (plus the offset its rounds showed) as n0 = 3 more rounds."
+    import smallem_spec.cost as cost_mod
+    now = [0.0]; monkeypatch.setattr(cost_mod.time, 'perf_counter', lambda: now[0])
+    pol = AdaptiveK(6, 0.5, lambda j: 1.0, unit=1.0)
+    assert pol.cost(2) == 2.0                                    # k c + v(k) in units: no plain step timed yet
+    pol._t0 = now[0]; now[0] += 40.0; pol.update(0, [], [], steps=20)   # plain steps of 2 seconds: a unit is half a step
+    assert pol.t_plain == 2.0 and pol.cost(2) == 1.0 and pol.cost(4) == 1.5
+    pol._prev = 2
+    for _ in range(3): pol.update(2, [1], [2], seconds=4.0)    # three rounds at k = 2, each 2 plain steps: 1 more than priced
+    assert pol.host == 1.0 and pol.costs[2] == 2.0
+    assert pol.cost(2) == (3 * 2.0 + 3 * (1.0 + 1.0)) / 6       # its median against the price with the offset
+    assert pol.cost(4) == 1.5 + 1.0                             # a k not run: the price and the offset the others showed
