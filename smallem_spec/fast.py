@@ -4,7 +4,7 @@
 
 # %% ../nbs/12_fast_path.ipynb #aed0f1ed
 from __future__ import annotations
-import argparse, copy, json, math, statistics, time, weakref
+import argparse, copy, json, math, statistics, time
 from typing import List, Optional
 import torch
 import torch.nn.functional as F
@@ -195,6 +195,11 @@ def weight_bytes(self:FastSmallem, mtp:bool=False) -> int:
     return sum(w.numel() * w.element_size() for w in ws)
 
 # %% ../nbs/12_fast_path.ipynb #a691b54a
+def _unshared(t:torch.Tensor) -> bool:
+    "Whether `t` (a tensor made over a storage, not a view) is all that holds its storage: the storage's own count, less the reference this call takes; False where torch does not tell."
+    count = getattr(torch._C, '_storage_Use_Count', None)
+    return count is not None and count(t.untyped_storage()._cdata) <= 2
+
 @patch
 def new_cache(self:FastSmallem, batch:int=1, page_size:int|None=None, n_pages:int|None=None, mtp:bool=False, capacity:list[int]|None=None):
     "A cache for `capacity` sequences (or `batch` full ones, or `n_pages`); by default one context-sized page per sequence."
@@ -211,13 +216,13 @@ def new_cache(self:FastSmallem, batch:int=1, page_size:int|None=None, n_pages:in
                 have = self._pools[kind] = torch.zeros(n_layers, (n_pages + 1) * ps, 2 * c.dim, device=self.device, dtype=self.emb.dtype)
                 self._graphs = {k: g for k, g in self._graphs.items() if k[0] != kind}   # captured on the old pool
             pool = have
-    else:   # the storage of the last cache of this kind, once nothing holds that cache: a short generation spent a tenth of its time allocating and zeroing megabytes
+    else:   # the storage of the last cache of this kind, once nothing else holds it (neither that cache nor a view of it): allocating and zeroing megabytes for every text was a visible share of a short generation
         spare, shape = self._spare.get(kind), (n_layers, (n_pages + 1) * ps, 2 * c.dim)
-        if spare is not None and spare[0]() is None and spare[1].numel() >= math.prod(shape): pool = spare[1][:math.prod(shape)].view(shape)   # contiguous
+        if spare is not None and _unshared(spare) and spare.numel() >= math.prod(shape): pool = spare[:math.prod(shape)].view(shape)   # contiguous
     cache = FastKVCache(n_layers, c.n_heads, c.head_dim, n_pages, ps, c.max_seq_len, device=self.device, dtype=self.emb.dtype, pool=pool)
     if self.graphs:
         if pool is not None: self._live[kind] = cache
-    else: self._spare[kind] = (weakref.ref(cache), cache.kv.view(-1) if pool is None else spare[1])   # its slots keep finite values of earlier texts: read by no row (masked)
+    elif pool is None: self._spare[kind] = cache.kv.new_empty(0).set_(cache.kv.untyped_storage(), 0, (cache.kv.numel(),), (1,))   # its slots keep finite values of earlier texts: read by no row (masked)
     return cache
 
 # %% ../nbs/12_fast_path.ipynb #a7dca953

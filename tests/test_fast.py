@@ -40,6 +40,19 @@ def test_graph_pool_is_shared_one_cache_at_a_time(cpu_models):
     c = f.new_cache(capacity=[100, 100])                  # a is empty now: c takes the pool (grown to two pages)
     assert c.pool is not None and c.pool.shape[1] >= 3 * f.cfg.max_seq_len
 
+def test_cpu_cache_storage_reused_once_released(cpu_models):
+    "Without graphs a new cache takes the storage of the last one of its kind once nothing holds it (neither that cache nor"
+    "a view of its keys): a text no longer allocates and zeroes its megabytes. The control: a view kept alive keeps it."
+    f = FastSmallem(cpu_models['draft2'], graphs=False)
+    a = f.new_cache(capacity=[200]); pa = a.kv.data_ptr(); del a
+    b = f.new_cache(capacity=[100])                       # smaller: a prefix of the same storage, contiguous
+    assert b.kv.data_ptr() == pa and b.kv.is_contiguous()
+    keys = b.k; del b                                      # a view of b's keys still lives
+    c = f.new_cache(capacity=[100])
+    assert c.kv.data_ptr() != pa
+    big = f.new_cache(capacity=[200, 200])                # larger than any spare: its own storage
+    assert big.kv.data_ptr() not in (pa, c.kv.data_ptr()) and keys.shape[0] == f.cfg.n_layers
+
 @pytest.mark.parametrize('B', [1, 8])
 def test_greedy_identity_fast_path(cpu_models, fast, prompts, B):
     "8 prompts x 200 tokens: fast plain == reference plain, and every proposer on the fast path == fast plain (k = 1..3)."
