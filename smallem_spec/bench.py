@@ -148,30 +148,32 @@ def _check_grid(proposers, ks, temperatures, n_prompts, new_tokens, repeats, bat
     if n_prompts < 1 or new_tokens < 1 or repeats < 1 or any(b < 1 for b in batches): raise SmallemError("prompts, new tokens, repeats and batch sizes must be >= 1")
 
 def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar) -> dict:
-    "Every configuration `repeats` times, each group of rows between two runs of the target alone; {(p, k, T, B): [(result, baseline tok/s)]}."
-    raw = {}
+    "Every configuration `repeats` times, each proposer's rows (all its k) between two runs of the target alone, each run of which closes one group and opens the next: {(p, k, T, B): [(result, baseline tok/s, (the run before, the run after))]}, the target alone's own runs as (result, None, the run before it in its chain or None)."
+    groups, raw = {}, {}
+    for p, k in configs: groups.setdefault(p, []).append(k)   # 'none': the reference code's row, a group of its own
     for r in range(repeats):
         for T in temperatures:
             for B in batches:
-                base = []
-                for where in ('before', 'rows', 'after'):
-                    if where != 'rows':
-                        res = run_config(target, models, prompts, new_tokens, 'none', 0, T, B, costs[B], seed=r)
-                        base.append(res); raw.setdefault(('none', 0, T, B), []).append((res, None)); bar.update(); continue
-                    for p, k in configs:
-                        res = run_config(ref if k == 'reference' else target, models, prompts, new_tokens, p, k, T, B, costs[B], seed=r)
-                        raw.setdefault((p, k, T, B), []).append((res, None)); bar.update()
-                bt = statistics.mean(b['tokens'] / b['seconds'] for b in base)
-                for key, lst in raw.items():
-                    if key[2] == T and key[3] == B: lst[:] = [(res, bt if b is None else b) for res, b in lst]
+                def plain(prev):
+                    res = run_config(target, models, prompts, new_tokens, 'none', 0, T, B, costs[B], seed=r)
+                    raw.setdefault(('none', 0, T, B), []).append((res, None, prev)); bar.update(); return res
+                before = plain(None)
+                for p, ks in groups.items():
+                    done = []
+                    for k in ks:
+                        done.append(((p, k, T, B), run_config(ref if k == 'reference' else target, models, prompts, new_tokens, p, k, T, B, costs[B], seed=r))); bar.update()
+                    after = plain(before)
+                    bt = statistics.mean(b['tokens'] / b['seconds'] for b in (before, after))
+                    for key, res in done: raw.setdefault(key, []).append((res, bt, (before, after)))
+                    before = after
     return raw
 
 # %% ../nbs/10_bench.ipynb #276f0beb
 def _grid_row(key, lst, raw, costs, fast) -> dict:
     "One row of the table: median speed and speed-up over the repeats, acceptance, and the cost model's prediction (each repeat priced with its own acceptance, host time and plain steps; the median)."
     p, k, T, B = key
-    tps = [res['tokens'] / res['seconds'] for res, _ in lst]
-    sp = [res['tokens'] / res['seconds'] / bt for res, bt in lst]
+    tps = [res['tokens'] / res['seconds'] for res, *_ in lst]
+    sp = [res['tokens'] / res['seconds'] / bt if bt else 1.0 for res, bt, _ in lst]   # the target alone: 1 by definition
     last = lst[-1][0]; st = last['stats']
     row = dict(proposer=p if k != 'reference' else 'none (reference)', k=k if k != 'reference' else 0,
                path='reference' if (k == 'reference' or not fast) else 'fast', temperature=T, batch=B,
@@ -179,18 +181,19 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
     if p == 'none':   # the reference row's ratio is what the fast path bought, not something the cost model predicts
         row.update(alpha_per_position=None, tokens_per_round=1.0, predicted_speedup=1.0 if k != 'reference' else None, c=None, identical=None)
         if k != 'reference':   # the target alone ran before and after each group: how far apart is this machine's noise
-            row['baseline_spread'] = round(max(abs(a - b) / ((a + b) / 2) for a, b in zip(tps[::2], tps[1::2])), 3)
+            pairs = [(prev['tokens'] / prev['seconds'], t) for (_, _, prev), t in zip(lst, tps) if prev is not None]
+            row['baseline_spread'] = round(max(abs(a - b) / ((a + b) / 2) for a, b in pairs), 3) if pairs else None
     else:
         cst = costs[B]; c0, c = cst['prop'][T][p]; rho = _rho(cst, T, p) if ('rho_k' in cst or 'rho' in cst) else None
-        bases, g0s = raw[('none', 0, T, B)], raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)])
-        step = lambda runs, i: statistics.mean(b['seconds'] / b['passes'] for b, _ in runs[2 * i:2 * i + 2])   # a plain step around repeat i, loop and prefill included
+        step = lambda runs: statistics.mean(b['seconds'] / b['passes'] for b in runs)   # a plain step, loop and prefill included
+        g0 = statistics.median(b['seconds'] / b['passes'] for b, *_ in raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)]))   # a greedy plain step, for costs without rho
         reps = []
-        for i, (res, bt) in enumerate(lst):   # each repeat priced with the plain steps run around it
+        for res, bt, around in lst:   # each repeat priced with the plain steps run just before and after its group
             st = res['stats']; alphas = [a / n if n else 0.0 for a, n in zip(st.pos_accepted, st.pos_proposed)]
-            t_step = step(bases, i)
+            t_step = step(around)
             drift = t_step / cst['t_step'][T] if cst.get('t_step') else 1.0   # the plain loop now over while the costs were measured: recorded, not used (below)
             t1 = cst['t1']
-            t_unit = (lambda kk, t1=t1: rho(kk) * t1) if rho is not None else step(g0s, i)   # the verify pass as the loop paid it at each k, else a plain step without sampling
+            t_unit = (lambda kk, t1=t1: rho(kk) * t1) if rho is not None else g0   # the verify pass as the loop paid it at each k, else a plain step without sampling
             host = st.t_host / st.rounds                               # host time per round, measured in the run
             occ = st.row_rounds / res['row_slots']                     # < 1 at batch > 1: the batch waits for its slowest row
             pred = _predict(alphas, st.k_used, c, cst['v'], t_step, host, cst['s_lookup' if p == 'ngram' else 's'][T], occ, t_unit, t1, c0)
@@ -243,7 +246,7 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     models = {b: wrap(load_or_train(preset, b, device=device)) for b in {parse_proposer(p)[0] for p in proposers} if b in DRAFTERS}
     prompts = validation_prompts(preset, n=n_prompts, length=32)
     configs = [(p, k) for p in proposers for k in ks] + ([('none', 'reference')] if fast else [])   # the target alone on the reference code
-    bar = tqdm(total=repeats * len(temperatures) * len(batches) * (len(configs) + 2) + 1, desc='smallem_bench', disable=not progress)
+    bar = tqdm(total=repeats * len(temperatures) * len(batches) * (len(configs) + len({p for p, _ in configs}) + 1) + 1, desc='smallem_bench', disable=not progress)
     for p in (list(proposers) or ['none']): run_config(target, models, prompts[:1], 8, p, 2, 0.0, 1, None)   # warm-up, not timed
     bar.update()
     kmax = max([k for k in ks if isinstance(k, int)] + [ADAPTIVE_KMAX])

@@ -74,7 +74,8 @@ class AdaptiveK:
                  hope:float=0.9,           # a proposer no k of which would pay even with this acceptance at every position is never tried
                  unit:float|None=None,     # seconds of the pass c and v are priced in (None: a plain step); converted to the loop's plain step once timed
                  n0:float=3.0,             # rounds' worth of weight the prior (with the offset seen at the other k) keeps in the price of a k run less
-                 z:float=1.0):             # speculation stops only when no k would pay even with acceptance this many standard errors higher
+                 z:float=1.0,              # speculation stops only when no k would pay even with acceptance this many standard errors higher
+                 z_rounds:int=64):         # ... while the best k has been timed in fewer rounds than this (thin evidence); past it, the estimates decide
         if kmax < 1: raise SmallemError(f"kmax must be >= 1 (got {kmax})")
         self.kmax, self.c, self.v, self.host, self.decay, self.prior = kmax, c, v, host, decay, prior
         self.acc, self.seen = [0.0] * kmax, [0.0] * kmax
@@ -85,10 +86,10 @@ class AdaptiveK:
         self.timed_rounds, self._ts, self._tp = {}, {}, []   # k -> rounds of that k timed so far, the last costs timed; the last plain timings
         self.catchup, self._cu = 0.0, []                # what a probe's first round pays beyond a usual round (plain steps), its last values
         self.warm, self.timed_steps, self.switch, self._sw, self._timing = warm, timed_steps, 0.0, [], False   # what the first `warm` plain steps after rounds pay beyond the unit
-        self.ahead = max(1, ahead)
+        self.ahead, self._timed_at = max(1, ahead), 0   # the round count at the last timing of plain steps
         self.budget, self.ledger, self.done = budget, 0.0, 0.0   # plain steps the timed rounds lost beyond what they returned (gains count against it); tokens so far
         self.hope, self.hopeless = hope, None                     # decided at the first choice, from the costs known beforehand
-        self.unit, self.n0, self.z = unit, n0, z
+        self.unit, self.n0, self.z, self.z_rounds = unit, n0, z, z_rounds
 
     def alphas(self, z:float=0.0):
         "Per-position estimates, each shrunk toward the one before it (the first toward 1/2); `z` > 0: each raised by z of its standard errors (what the guesses seen so far cannot yet rule out)."
@@ -128,9 +129,9 @@ def choose(self:AdaptiveK) -> int:
         if g[k] < 1.0 and self.rounds % self.probe_every: k = 0
     elif self._left > 0: k, self.steps, self._left = 0, self._left, 0          # a stretch the end of a text cut short
     elif self.hopeless: k, self.steps = 0, 64 * self.probe_every               # plain steps only: no probe could find a k that pays
-    elif self.t_plain is None or self.rounds % self.plain_every == 0: k, self.steps, self._timing = 0, self.warm + self.timed_steps, True   # time plain steps
+    elif self.t_plain is None or self.rounds - self._timed_at >= self.plain_every: k, self.steps, self._timing, self._timed_at = 0, self.warm + self.timed_steps, True, self.rounds   # time plain steps
     elif self._burst > 0: self.steps = self._burst; self._burst -= 1; k = max(k, self.k0)   # a probe: speculate, at least k0 guesses (one guess tells little of the next)
-    elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3 and max(self.gains(self.z).values()) < 1.0 + self.margin:   # no k pays, by what the best one was seen to cost, even hoping for z standard errors more acceptance
+    elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3 and max(self.gains(self.z if self.timed_rounds[k] < self.z_rounds else 0.0).values()) < 1.0 + self.margin:   # no k pays, by what the best one was seen to cost, even hoping for z standard errors more acceptance while it is thinly timed
         loss = self.probe_rounds * self.cost(k) * (1 - g[k]) + self.catchup + self.switch   # plain steps the next probe is expected to lose (at k)
         owed = math.ceil(self.ledger / self.budget - self.done) if self.budget > 0 else 0   # plain steps until the rounds' losses are within budget
         k, self.steps, self._burst = 0, max(self.stretch, math.ceil(loss / self.probe_share), owed), self.probe_rounds
