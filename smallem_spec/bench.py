@@ -186,14 +186,14 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
     else:
         cst = costs[B]; c0, c = cst['prop'][T][p]; rho = _rho(cst, T, p) if ('rho_k' in cst or 'rho' in cst) else None
         step = lambda runs: statistics.mean(b['seconds'] / b['passes'] for b in runs)   # a plain step, loop and prefill included
-        g0 = statistics.median(b['seconds'] / b['passes'] for b, *_ in raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)]))   # a greedy plain step, for costs without rho
         reps = []
         for res, bt, around in lst:   # each repeat priced with the plain steps run just before and after its group
             st = res['stats']; alphas = [a / n if n else 0.0 for a, n in zip(st.pos_accepted, st.pos_proposed)]
             t_step = step(around)
             drift = t_step / cst['t_step'][T] if cst.get('t_step') else 1.0   # the plain loop now over while the costs were measured: recorded, not used (below)
             t1 = cst['t1']
-            t_unit = (lambda kk, t1=t1: rho(kk) * t1) if rho is not None else g0   # the verify pass as the loop paid it at each k, else a plain step without sampling
+            t_unit = (lambda kk, t1=t1: rho(kk) * t1) if rho is not None else statistics.median(   # the verify pass as the loop paid it at each k, else a plain step without sampling (costs without rho)
+                b['seconds'] / b['passes'] for b, *_ in raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)]))
             host = st.t_host / st.rounds                               # host time per round, measured in the run
             occ = st.row_rounds / res['row_slots']                     # < 1 at batch > 1: the batch waits for its slowest row
             pred = _predict(alphas, st.k_used, c, cst['v'], t_step, host, cst['s_lookup' if p == 'ngram' else 's'][T], occ, t_unit, t1, c0)
