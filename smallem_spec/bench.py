@@ -219,7 +219,8 @@ def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx,
     r3 = lambda d: {str(a): round(x, 3) for a, x in d.items()}
     return dict(preset=preset, prompts=n_prompts, prompt_tokens=32, new_tokens=new_tokens, repeats=repeats, cost_context=ctx,
                 device=str(target.device), cpu=cpu_info()['model'], cpu_info=cpu_info(), kernel=getattr(target, 'kernel', 'reference'),
-                drafter_panels=('bf16' if precision == 'bf16' else 'fp16') if getattr(target, 'kernel', None) == 'fused' else 'as the target',   # DraftProposer's view (12a_fused_cpu)
+                drafter_panels=('bf16' if precision == 'bf16' or target.proposer_bf16 else 'fp16') if getattr(target, 'kernel', None) == 'fused' else 'as the target',   # DraftProposer's view (12a_fused_cpu)
+                mtp_panels=('bf16' if precision == 'bf16' or target.proposer_bf16 else 'fp32') if getattr(target, 'kernel', None) == 'fused' else 'as the target',
                 precision=precision, plain='one call' if chains(target, 0.0) else 'step by step',   # how the target alone ran (04_generate)
                 threads=torch.get_num_threads(), torch=torch.__version__, gpu=torch.cuda.get_device_name() if target.device.type == 'cuda' else None,
                 costs={str(b): {'t1_ms': round(c['t1'] * 1e3, 3), 't_step_ms': {str(T): round(x * 1e3, 4) for T, x in c.get('t_step', {}).items()}, 'v': r3(c['v']), 'c': r3(c['c']), 'c0': r3(c['c0']),
@@ -233,7 +234,8 @@ def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx,
 def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=PROPOSERS, ks=(1, 2, 3, 4, 'adaptive'),
           temperatures=(0.0, 1.0), batches=(1, 8), repeats:int=3, progress:bool=True, device=None, fast:bool=True,
           top_k:int|None=None, top_p:float|None=None, min_p:float|None=None,   # filters of every sampled row (06a_filters)
-          precision:str='fp32') -> dict:   # 'bf16': every fast model on bf16 panels (12a_fused_cpu), target alone included
+          precision:str='fp32',            # 'bf16': every fast model on bf16 panels (12a_fused_cpu), target alone included
+          proposer_bf16:bool|None=None) -> dict:   # proposing passes on bf16 panels (None: where the processor has AVX-512 BF16; 12a_fused_cpu)
     "Run the benchmark grid on the fast path (or the reference code); returns {'meta': ..., 'rows': [...]}."
     preset = preset_name(preset); _check_grid(proposers, ks, temperatures, n_prompts, new_tokens, repeats, batches)
     filters = {n: v for n, v in (('top_k', top_k), ('top_p', top_p), ('min_p', min_p)) if v is not None}
@@ -241,7 +243,7 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     temperatures = tuple(sampling(T, top_k, top_p, min_p) if T > 0 else T for T in temperatures)
     if precision != 'fp32' and not fast: raise SmallemError("the reference code runs in fp32: --precision bf16 is for the fast path")
     ref = load_or_train(preset, 'target', device=device)
-    wrap = (lambda m: FastSmallem(m, precision=precision)) if fast else (lambda m: m)
+    wrap = (lambda m: FastSmallem(m, precision=precision, proposer_bf16=proposer_bf16)) if fast else (lambda m: m)
     target = wrap(ref)
     models = {b: wrap(load_or_train(preset, b, device=device)) for b in {parse_proposer(p)[0] for p in proposers} if b in DRAFTERS}
     prompts = validation_prompts(preset, n=n_prompts, length=32)
@@ -273,7 +275,7 @@ def format_table(result:dict) -> str:
                      f"{'' if r['c'] is None else format(r['c'], '.2f'):>5s}  {al:29s} {'' if r['identical'] is None else ('yes' if r['identical'] else 'NO')}")
     m = result['meta']
     lines.append(f"{m['prompts']} prompts x {m['new_tokens']} new tokens, median of {m['repeats']}, {m.get('path', 'reference')} path"
-                 f"{' (' + m['kernel'] + ' kernel' + (', bf16' if m.get('precision') == 'bf16' else '') + ')' if m.get('kernel') else ''}, {m['device']} ({m['gpu'] or m['cpu']}, {m['threads']} threads), torch {m['torch']}"
+                 f"{' (' + m['kernel'] + ' kernel' + (', bf16' if m.get('precision') == 'bf16' else ', proposers on bf16 panels' if m.get('mtp_panels') == 'bf16' else '') + ')' if m.get('kernel') else ''}, {m['device']} ({m['gpu'] or m['cpu']}, {m['threads']} threads), torch {m['torch']}"
                  + f"; the target alone {'in one call of the library' if m.get('plain') == 'one call' else 'step by step from Python'}"
                  + (f"; sampled rows filtered by {', '.join(f'{n} = {v}' for n, v in m['filters'].items())}" if m.get('filters') else ''))
     lines.append(verdict(result))
@@ -386,6 +388,8 @@ def bench_cli(argv=None):
     p.add_argument('--reference', action='store_true', help='run everything on the reference model code instead of the fast path')
     p.add_argument('--precision', choices=('fp32', 'bf16'), default='fp32',
                    help='bf16: the fast path on bf16 panels (AVX-512 BF16 processors; 12a_fused_cpu), the target alone too')
+    p.add_argument('--proposer-bf16', choices=('auto', 'on', 'off'), default='auto',
+                   help='proposing passes (drafters, the MTP module) on bf16 panels; auto: where the processor has AVX-512 BF16; off: fp16 drafters, fp32 MTP')
     a = p.parse_args(argv)
     try:                                        # refuse an unwritable output before minutes of work, creating nothing
         for opt, path in (('--json', a.json), ('--plot', a.plot)):
@@ -394,7 +398,7 @@ def bench_cli(argv=None):
     try:
         res = bench(a.preset, a.prompts, a.new_tokens, [x.strip() for x in a.proposers.split(',') if x.strip()], a.k,
                     a.temperature, a.batch, a.repeats, fast=not a.reference, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p,
-                    precision=a.precision)
+                    precision=a.precision, proposer_bf16={'auto': None, 'on': True, 'off': False}[a.proposer_bf16])
     except SmallemError as e: p.exit(2, f"smallem_bench: error: {e}\n")
     print(format_table(res))
     if a.json: Path(a.json).write_text(json.dumps(res, indent=1) + '\n'); print(f"result written to {a.json} (meta: processor, versions, costs; rows)")

@@ -13,7 +13,7 @@ from .core import SmallemError, preset_name, median_time, check_writable
 from .cache import PagedKVCache
 from .model import Smallem
 from .generate import pass_times, Sampling
-from .fused import FusedPass, fused_fits, load_kernel, cpu_info
+from .fused import FusedPass, fused_fits, load_kernel, cpu_info, has_bf16
 
 
 # %% auto #0
@@ -91,7 +91,8 @@ class FastSmallem:
     "Inference-only twin of a Smallem: folded norms, pre-transposed weights, scripted blocks (or the fused CPU kernel), one page per sequence."
     def __init__(self, model:Smallem, script:bool=True, page_size:int|None=None, graphs:bool|str|None=None,
                  kernel:str|None=None,    # 'fused' (CPU, the default where it builds), 'script' or 'eager'; None: the best available
-                 precision:str='fp32'):   # 'bf16': the fused kernel's bf16 pair panels (AVX-512 BF16), a few parts in a thousand from the model
+                 precision:str='fp32',    # 'bf16': the fused kernel's bf16 pair panels (AVX-512 BF16), a few parts in a thousand from the model
+                 proposer_bf16:bool|None=None):   # proposing passes (the MTP module's, a drafter's view) in bf16 panels; None: where the kernel has AVX-512 BF16 (`12a_fused_cpu`)
         c = self.cfg = model.cfg; self.model = model
         self.manifest = getattr(model, 'manifest', None)
         D, H, hd = c.dim, c.n_heads, c.head_dim
@@ -104,7 +105,10 @@ class FastSmallem:
         if precision not in ('fp32', 'bf16'): raise SmallemError(f"precision must be 'fp32' or 'bf16' (got {precision!r})")
         if precision == 'bf16' and self.kernel != 'fused': raise SmallemError("bf16 passes need the fused CPU kernel")
         self.precision = precision
-        self.fused = FusedPass(model, perm, bf16=precision == 'bf16') if self.kernel == 'fused' else None
+        bf = self.kernel == 'fused' and has_bf16(load_kernel())
+        if proposer_bf16 and not bf: raise SmallemError("bf16 proposing passes need the fused CPU kernel on a processor with AVX-512 BF16")
+        self.proposer_bf16 = bf if proposer_bf16 is None else proposer_bf16
+        self.fused = FusedPass(model, perm, bf16=precision == 'bf16', mtp_bf16=self.proposer_bf16) if self.kernel == 'fused' else None
         self.page_size = page_size or c.max_seq_len
         self.graphs = (model.device.type == 'cuda') if graphs is None else graphs   # 'emulate': the graph bookkeeping without capture (tests)
         if self.graphs and self.page_size != c.max_seq_len: raise SmallemError("captured graphs need one page per sequence")
@@ -228,11 +232,11 @@ def new_cache(self:FastSmallem, batch:int=1, page_size:int|None=None, n_pages:in
 # %% ../nbs/12_fast_path.ipynb #a7dca953
 @patch
 def as_proposer(self:FastSmallem) -> FastSmallem:
-    "The same model for proposing only: on the fused kernel its passes read fp16 copies of the weights, the norm gains kept apart (`12a_fused_cpu`); made once, the caches as before. Elsewhere (and in bf16) the model itself."
+    "The same model for proposing only: on the fused kernel its passes read bf16 pair panels where the processor has AVX-512 BF16 (`proposer_bf16`), else fp16 copies of the weights with the norm gains kept apart (`12a_fused_cpu`); made once, the caches as before. Elsewhere (and in bf16) the model itself."
     if self.fused is None or self.fused.half or self.fused.bf16: return self   # bf16 panels: already half the bytes
     if getattr(self, '_proposer', None) is None:
-        p = copy.copy(self)
-        p.fused = FusedPass(self.model, _interleave(self.cfg.n_heads, self.cfg.head_dim).to(self.device), half=True)
+        p = copy.copy(self); ip = _interleave(self.cfg.n_heads, self.cfg.head_dim).to(self.device)
+        p.fused = FusedPass(self.model, ip, bf16=True) if self.proposer_bf16 else FusedPass(self.model, ip, half=True)
         p._proposer = self._proposer = p
     return self._proposer
 

@@ -756,15 +756,16 @@ class FusedPass:
     def __init__(self, model, perm:torch.Tensor, lib=None,
                  half:bool=False,       # a proposer's passes: fp16 panels of the weights as trained, the norm gains kept apart
                  mtp_half:bool=False,   # the MTP module's blocks in fp16 too (its head stays the target's): did not pay (below)
-                 bf16:bool=False):      # bf16 pair panels (gains folded) for every product, the head and the MTP module's included
+                 bf16:bool=False,       # bf16 pair panels (gains folded) for every product, the head and the MTP module's included
+                 mtp_bf16:bool=False):  # the MTP module alone in bf16 pair panels, with a bf16 copy of the head: a proposer's cheaper passes beside an fp32 target (below)
         self.lib = lib or load_kernel(required=True)
-        c = self.cfg = model.cfg; D = c.dim; self.half, self.bf16 = half, bf16
-        if bf16 and (half or mtp_half): raise SmallemError("bf16 panels replace fp16 ones: ask for one or the other")
-        if bf16 and not has_bf16(self.lib):
+        c = self.cfg = model.cfg; D = c.dim; self.half, self.bf16, self.mtp_bf16 = half, bf16, mtp_bf16 and not bf16
+        if (bf16 or mtp_bf16) and (half or mtp_half): raise SmallemError("bf16 panels replace fp16 ones: ask for one or the other")
+        if (bf16 or mtp_bf16) and not has_bf16(self.lib):
             raise SmallemError(f"bf16 panels need AVX-512 BF16, which this processor ({cpu_info()['model']}) or its compiled kernel lacks")
         pk = pack_panels_bf16 if bf16 else pack_panels
         g = lambda norm: norm.weight.detach().float()[None]          # a norm's gain, folded into the matrix after it
-        def block(b, h:bool):   # (panels, gains): folded fp32 panels, or fp16 panels of the trained weights and the gains apart
+        def block(b, h:bool, pk=pk):   # (panels, gains): folded fp32 (or bf16) panels, or fp16 panels of the trained weights and the gains apart
             w = b.attn.wqkv.weight.detach().float().clone(); w[:D], w[D:2 * D] = w[:D][perm], w[D:2 * D][perm]
             w13, wo, w2 = b.ffn.w13.weight.float(), b.attn.wo.weight.float(), b.ffn.w2.weight.float()
             if h: return [pack_panels(m.t(), True) for m in (w, wo, w13, w2)], [g(b.attn_norm)[0], g(b.ffn_norm)[0]]
@@ -776,18 +777,20 @@ class FusedPass:
                              hs=g(model.norm).reshape(-1).contiguous() if half else None)   # fp16: the head's gain on its input
             if model.mtp is not None:
                 m = model.mtp; P = m.proj.weight.detach().float()
-                W, G = block(m.block, mtp_half)
+                mb = bf16 or self.mtp_bf16; pm = pack_panels_bf16 if mb else pk
+                W, G = block(m.block, mtp_half, pm)
                 hs = g(m.norm) / (1 if half else g(model.norm))            # the target's head, shared: the module's gain over what it holds
                 ph, pe = (P[:, :D], P[:, D:]) if mtp_half else (P[:, :D] * g(m.norm_h), P[:, D:] * g(m.norm_e))
                 self.mtp = dict(W=W, G=G + ([g(m.norm_h)[0], g(m.norm_e)[0]] if mtp_half else []), E=self.main['E'], hs=hs.reshape(-1).contiguous(),
-                                f16=(1 if mtp_half else 0) | (self.main['f16'] & 14),
-                                Ph=pk(ph.t()) if bf16 else pack_panels(ph.t(), mtp_half), Pe=pk(pe.t()) if bf16 else pack_panels(pe.t(), mtp_half))
+                                f16=12 if mb else (1 if mtp_half else 0) | (self.main['f16'] & 2),
+                                Ph=pm(ph.t()) if mb else pack_panels(ph.t(), mtp_half), Pe=pm(pe.t()) if mb else pack_panels(pe.t(), mtp_half))
             half_d = c.head_dim // 2
             self.cs, self.sn = model.cos[:, :half_d].float().contiguous(), model.sin[:, :half_d].float().contiguous()
         for d in (self.main, getattr(self, 'mtp', None)):   # one argument struct each, its fixed fields set once
             if d is None: continue
             mtp = d is not self.main
-            d['head'], d['heads'] = (self.main['head'], self.main['heads']) if mtp else (pk(d['E'].t()) if bf16 else pack_panels(d['E'].t(), half), {})
+            if mtp and not self.mtp_bf16: d['head'], d['heads'] = self.main['head'], self.main['heads']   # the target's head, shared
+            else: d['head'], d['heads'] = (pack_panels_bf16(d['E'].t()) if d['f16'] & 8 else pack_panels(d['E'].t(), half)), {}
             d['ptrs'] = (ctypes.c_void_p * len(d['W']))(*[w.data_ptr() for w in d['W']])
             d['gptrs'] = (ctypes.c_void_p * len(d['G']))(*[x.data_ptr() for x in d['G']]) if d['G'] else None
             d['args'] = PassArgs(D=D, H=c.n_heads, hd=c.head_dim, F=c.ffn_dim, V=c.vocab_size, Vh=c.vocab_size, maxpos=c.max_seq_len - 1,

@@ -37,7 +37,8 @@ def test_restricted_head_equals_masked_logits(cpu_models, fast, prompts, who, T)
     v = draft_vocab('cpu', 512)
     mk = {'mtp': lambda m: MTPProposer(m, vocab=v), 'draft2': lambda m: DraftProposer(m, vocab=v)}[who]
     outs = []
-    for m in ((fast['target'], cpu_models['target']) if who == 'mtp' else (fast['draft2'], cpu_models['draft2'])):
+    exact = {n: FastSmallem(cpu_models[n], proposer_bf16=False) for n in ('target', 'draft2')}   # proposing passes that compute the model to float rounding
+    for m in ((exact['target'], cpu_models['target']) if who == 'mtp' else (exact['draft2'], cpu_models['draft2'])):
         tgt = m if who == 'mtp' else cpu_models['target']
         with torch.inference_mode():
             p = mk(m); c = tgt.new_cache(capacity=[64]); s = [c.new_seq()]

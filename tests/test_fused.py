@@ -108,9 +108,11 @@ def test_half_panels_compute_the_same_model(cpu_models, fast, name):
     assert _same_tokens_three_ways(h, m.cfg.vocab_size)
 
 def test_proposer_view(fast, cpu_models):
-    "`as_proposer`: a drafter's fp16 view, made once; DraftProposer takes it; the scripted path has none and gives the model itself."
+    "`as_proposer`: a drafter's view in bf16 panels where the processor has AVX-512 BF16, else fp16 (and fp16 when asked), made once;"
+    " DraftProposer takes it; the scripted path has none and gives the model itself."
     d = fast['draft2']; p = d.as_proposer()
-    assert p is not d and p.fused.half and not d.fused.half and p.as_proposer() is p and d.as_proposer() is p
+    assert p is not d and (p.fused.bf16 if _BF16 else p.fused.half) and not (d.fused.half or d.fused.bf16) and p.as_proposer() is p and d.as_proposer() is p
+    h = FastSmallem(cpu_models['draft2'], proposer_bf16=False).as_proposer(); assert h.fused.half and not h.fused.bf16
     assert DraftProposer(d).model is p
     s = FastSmallem(cpu_models['draft2'], kernel='script')
     assert s.as_proposer() is s and DraftProposer(s).model is s
@@ -189,6 +191,30 @@ def test_bf16_passes(cpu_models, fast, prompts):
     from smallem_spec.core import SmallemError
     with pytest.raises(SmallemError, match='precision must be'): FastSmallem(t32, precision='fp16')
     with pytest.raises(SmallemError, match='fused CPU kernel'): FastSmallem(t32, kernel='script', precision='bf16')
+
+@pytest.mark.skipif(not _BF16, reason="no AVX-512 BF16 on this processor (or not compiled in)")
+def test_bf16_proposing_passes(cpu_models, fast, prompts):
+    "The default fp32 target on a processor with AVX-512 BF16: its own passes the same bits as with fp32 proposing passes, its"
+    " MTP module in bf16 (a few parts in a thousand from the reference: bf16 for real, and close), and greedy identity for"
+    " the MTP module, a drafter's bf16 view and n-gram against plain decoding (4 prompts x 100 tokens, k = 1..3)."
+    t32 = cpu_models['target']; b, f = fast['target'], FastSmallem(t32, proposer_bf16=False)
+    assert b.proposer_bf16 and b.fused.mtp_bf16 and not b.fused.bf16 and b.fused.main['head'].dtype == torch.float32
+    assert b.fused.mtp['head'].dtype == torch.bfloat16 and not f.fused.mtp_bf16 and f.fused.mtp['head'] is f.fused.main['head']
+    x = torch.randint(1, t32.cfg.vocab_size, (3, 50), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        ref, ref_h = t32(x, return_hidden=True); lb = b(x)
+        assert torch.equal(lb, f(x)) and (lb - ref).abs().max() < 1e-4
+        (l16, _), (l32, _), (lr, _) = (m.mtp_forward(ref_h[:, :-1], x[:, 1:]) for m in (b, f, t32))
+    d = (l16 - lr).abs().max().item()
+    assert 1e-3 < d < 0.25 and (l32 - lr).abs().max() < 1e-4, d
+    ps = prompts[:4]; plain = generate(b, ps, 100)
+    makers = {'draft2': lambda: DraftProposer(fast['draft2']), 'mtp': lambda: MTPProposer(b), 'ngram': lambda: ngram_for(b)}
+    assert DraftProposer(fast['draft2']).model.fused.bf16
+    for name, mk in makers.items():
+        for k in (1, 2, 3):
+            assert speculative_generate(b, mk(), ps, 100, k)[0] == plain, f"{name}, k={k}: differs from plain greedy"
+    from smallem_spec.fast import _interleave
+    with pytest.raises(F.SmallemError, match='replace fp16'): FusedPass(t32, _interleave(t32.cfg.n_heads, t32.cfg.head_dim), half=True, mtp_bf16=True)
 
 @pytest.fixture
 def fused_rule(monkeypatch):

@@ -82,14 +82,15 @@ def test_end_to_end_power_one_row_at_a_time(fast, prompts, name):
     r = e2e_test(t, mk, p, 4000, seed=7, chunk=1, mode='biased')
     assert r['stat'] >= r['threshold'], f"{name}: the planted bias was not rejected (chi2 {r['stat']:.1f} < {r['threshold']:.1f})"
 
-def test_bias_shift_measures_the_bug(fast, prompts):
+def test_bias_shift_measures_the_bug(fast, cpu_models, prompts):
     """`bias_shift`, the chi-squared distance the realistic bug puts between token 2's law and p, is the n-gram proposer's
     p(d)(1 - p(d)) (`lookup_shift`) for a point-mass guess, vanishes for a drafter whose law is the target's own (the bug
-    changes nothing where q = p: a formula that forgot beta or the min would not), and is far from zero for draft2."""
+    changes nothing where q = p: a formula that forgot beta or the min would not; the target's own passes as the drafter, its
+    fp16 view, the trained weights exactly), and is far from zero for draft2."""
     t = fast['target']
     for q in prompts:
         assert bias_shift(t, make_proposer('ngram', t, fast), q) == pytest.approx(lookup_shift(t, q), rel=1e-4, abs=1e-9)
-    same = bias_shift(t, DraftProposer(t), prompts[0]); d2 = bias_shift(t, make_proposer('draft2', t, fast), prompts[0])
+    same = bias_shift(t, DraftProposer(FastSmallem(cpu_models['target'], proposer_bf16=False)), prompts[0]); d2 = bias_shift(t, make_proposer('draft2', t, fast), prompts[0])
     assert same < 1e-6 and d2 > 0.01, (same, d2)
 
 @pytest.mark.parametrize('name', ['draft2_kd', 'draft4_kd'])
