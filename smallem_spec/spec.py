@@ -48,7 +48,7 @@ class DraftProposer(Proposer):
     def __init__(self, model:Smallem,
                  catchup:int=32,    # after plain steps, a row more than this many tokens behind restarts on its last `catchup` tokens
                  vocab=None):       # sorted token ids the guesses are restricted to (a draft vocabulary); None: all
-        # a model with a proposer's view (`FastSmallem.as_proposer`, 12_fast_path) reads fp16 copies of its weights
+        # a model with a proposer's view (`FastSmallem.as_proposer`, 12_fast_path) reads half-width panels of its weights (bf16 or fp16)
         self.model, self.vocab_size, self.catchup = getattr(model, 'as_proposer', lambda: model)(), model.cfg.vocab_size, catchup
         self.vocab, self.mask = draft_mask(vocab, self.vocab_size, model.device)
         self.manifest = getattr(model, 'manifest', None)
