@@ -53,3 +53,17 @@ def test_dropout_only_while_training():
     assert not torch.equal(m(x), m(x)), "dropout 0.2 left the training pass deterministic"
     m.eval(); assert torch.equal(m(x), ref), "dropout changed an inference pass"
     assert all(b.drop == 0.2 for b in [*m.layers, m.mtp.block])
+
+def test_a_candidate_of_another_depth(tmp_path):
+    "`--layers`: a model of another depth than the preset's, its depth in the manifest and the command; a saved run of another"
+    " depth is refused on resuming; the preset's loader refuses the checkpoint until the preset has that depth."
+    from smallem_spec.train import load_checkpoint
+    cmd = [sys.executable, '-c', 'from smallem_spec.train import train_cli; train_cli()', '--preset', 'tiny', '--name', 'target',
+           '--steps', '2', '--layers', '3', '--out', str(tmp_path)]
+    r = subprocess.run(cmd, capture_output=True, text=True); assert r.returncode == 0, r.stdout + r.stderr
+    import json; man = json.loads((tmp_path/'target.json').read_text())
+    assert man['config']['n_layers'] == 3 and ' --layers 3 ' in man['command']
+    with pytest.raises(SmallemError, match='another configuration'): load_checkpoint(tmp_path, 'target', 'tiny')
+    st = tmp_path/'t.state.pt'
+    train_model('tiny', 'target', TC, progress=False, state=st, until=2, layers=3)
+    with pytest.raises(SmallemError, match='another run'): train_model('tiny', 'target', TC, progress=False, state=st)
