@@ -180,7 +180,7 @@ def exactness_cli(argv=None):
     p.add_argument('--pairs', type=int, default=200_000, help='draws for the article\'s pair test')
     p.add_argument('--positions', type=int, default=60_000, help='draws for the per-position tests')
     p.add_argument('--e2e', type=int, default=4000, help='continuations each way for the end-to-end test (0 skips it)')
-    p.add_argument('--proposer', default='draft2', help='draft2, draft4, mtp or ngram, or draft2_v<N>, draft4_v<N>, mtp_v<N> (a draft vocabulary of N tokens), for the end-to-end test')
+    p.add_argument('--proposer', default='draft2', help='draft2, draft4, draft2_kd, draft4_kd (distilled), mtp or ngram, or any of these but ngram with _v<N> (a draft vocabulary of N tokens), for the end-to-end test')
     p.add_argument('--temperature', type=float, default=1.0, help='temperature of the end-to-end test')
     p.add_argument('--top-k', type=int, default=None, help='filter of the end-to-end test (06a_filters); adds the two filter-bug controls')
     p.add_argument('--top-p', type=float, default=None, help='filter of the end-to-end test')
