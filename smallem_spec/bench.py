@@ -83,7 +83,7 @@ def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, 
     ends = {T: {p: [statistics.median(x[T, p][2][k] for x in cs) / (v[k] * t[1]) for k in (1, kmax)] for p in proposers} for T in temperatures}
     rho_k = {T: {p: {k: a + (b - a) * (k - 1) / (kmax - 1) for k in range(1, kmax + 1)} for p, (a, b) in d.items()} for T, d in ends.items()}
     rho = {T: {p: statistics.mean(e) for p, e in d.items()} for T, d in ends.items()}   # the verify pass as the loop pays it (the proposer's weights just read) over the microbenchmark's
-    out = {'t1': t[1], 'v': v, 'rho': rho, 'rho_k': rho_k, 'timer': 'kernel' if kernel else 'call',
+    out = {'t1': t[1], 'v': v, 'rho': rho, 'rho_k': rho_k, 'timer': 'kernel' if kernel else 'call', 'context': context, 'batch': batch, 'kmax': kmax, 'lengths': tuple(lengths), 'preset': preset,
            't_step': {T: statistics.median(x[T] for x in steps) for T in temperatures},
            'prop': prop, 'c': {p: prop[temperatures[0]][p][1] for p in proposers}, 'c0': {p: prop[temperatures[0]][p][0] for p in proposers},
            's': {T: {k: decide_time(batch, k, target.cfg.vocab_size, T, device=target.device) / t[1] for k in range(1, kmax + 1)}
@@ -147,6 +147,18 @@ def _check_grid(proposers, ks, temperatures, n_prompts, new_tokens, repeats, bat
         if not (isinstance(T, (int, float)) and T >= 0 and math.isfinite(T)): raise SmallemError(f"temperature must be a finite number >= 0 (got {T!r})")
     if n_prompts < 1 or new_tokens < 1 or repeats < 1 or any(b < 1 for b in batches): raise SmallemError("prompts, new tokens, repeats and batch sizes must be >= 1")
 
+def _window_passes(target, cst) -> dict|None:
+    "The target's passes over T = 1..kmax+1 tokens timed as `measure_costs` times them (same timer, context and batch), once: {T: seconds}; None without those costs."
+    if 'context' not in cst: return None
+    Ts, b = tuple(range(1, max(cst['v']) + 2)), cst['batch']
+    return kernel_times(target, Ts, cst['context'], batch=b) if cst['timer'] == 'kernel' else pass_times(target, Ts, context=cst['context'], batch=b)
+
+def _window_proposer(target, models, prompts, p, T, cst):
+    "A proposer's call timed in the loop just before its group, as `measure_costs` times it (`proposer_cost`, once): (c0, c, {1: verify seconds, kmax: ...}) in seconds; None for the target alone or without those costs."
+    if p == 'none' or 'lengths' not in cst: return None
+    b = cst['batch']; chunks = [prompts[i:i + b] for i in range(0, min(len(prompts), 4 * b), b)]
+    return proposer_cost(target, lambda: make_proposer(p, target, models, cst.get('preset')), chunks, cst['kmax'], T, cst['lengths'], verify=True)
+
 def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar) -> dict:
     "Every configuration `repeats` times, each proposer's rows (all its k) between two runs of the target alone, each run of which closes one group and opens the next: {(p, k, T, B): [(result, baseline tok/s, (the run before, the run after))]}, the target alone's own runs as (result, None, the run before it in its chain or None)."
     groups, raw = {}, {}
@@ -156,15 +168,16 @@ def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, b
             for B in batches:
                 def plain(prev):
                     res = run_config(target, models, prompts, new_tokens, 'none', 0, T, B, costs[B], seed=r)
+                    res['pass_t'] = _window_passes(target, costs[B])   # t(1) and v(k) again, now: the rows of the group are priced with these
                     raw.setdefault(('none', 0, T, B), []).append((res, None, prev)); bar.update(); return res
                 before = plain(None)
                 for p, ks in groups.items():
-                    done = []
+                    done, pw = [], _window_proposer(target, models, prompts, p, T, costs[B])   # its guesses and verify passes timed now, for its rows' prices
                     for k in ks:
                         done.append(((p, k, T, B), run_config(ref if k == 'reference' else target, models, prompts, new_tokens, p, k, T, B, costs[B], seed=r))); bar.update()
                     after = plain(before)
                     bt = statistics.mean(b['tokens'] / b['seconds'] for b in (before, after))
-                    for key, res in done: raw.setdefault(key, []).append((res, bt, (before, after)))
+                    for key, res in done: res['prop_t'] = pw; raw.setdefault(key, []).append((res, bt, (before, after)))
                     before = after
     return raw
 
@@ -191,22 +204,29 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
             st = res['stats']; alphas = [a / n if n else 0.0 for a, n in zip(st.pos_accepted, st.pos_proposed)]
             t_step = step(around)
             drift = t_step / cst['t_step'][T] if cst.get('t_step') else 1.0   # the plain loop now over while the costs were measured: recorded, not used (below)
-            t1 = cst['t1']
-            t_unit = (lambda kk, t1=t1: rho(kk) * t1) if rho is not None else statistics.median(   # the verify pass as the loop paid it at each k, else a plain step without sampling (costs without rho)
+            win = [b.get('pass_t') for b in around]   # the passes timed with the plain runs just around the group, else those of the cost measurements
+            t1, v = (statistics.mean(w[1] for w in win), {kk: statistics.mean(w[kk + 1] / w[1] for w in win) for kk in cst['v']}) if all(win) else (cst['t1'], cst['v'])
+            pw = res.get('prop_t')
+            if pw is not None and all(win):   # the proposer's call timed just before the group: its c0, c and verify passes in this window's t(1)
+                c0, c = pw[0] / t1, pw[1] / t1; km = cst['kmax']; a, b_ = (pw[2][kk] / (v[kk] * t1) for kk in (1, km))
+                rho = lambda kk, a=a, b_=b_, km=km: a + (b_ - a) * (min(kk, km) - 1) / (km - 1)
+            else: c0, c = cst['prop'][T][p]; rho = _rho(cst, T, p) if ('rho_k' in cst or 'rho' in cst) else None
+            t_unit = (lambda kk, t1=t1, rho=rho: rho(kk) * t1) if rho is not None else statistics.median(   # the verify pass as the loop paid it at each k, else a plain step without sampling (costs without rho)
                 b['seconds'] / b['passes'] for b, *_ in raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)]))
             host = st.t_host / st.rounds                               # host time per round, measured in the run
             occ = st.row_rounds / res['row_slots']                     # < 1 at batch > 1: the batch waits for its slowest row
-            pred = _predict(alphas, st.k_used, c, cst['v'], t_step, host, cst['s_lookup' if p == 'ngram' else 's'][T], occ, t_unit, t1, c0)
+            pred = _predict(alphas, st.k_used, c, v, t_step, host, cst['s_lookup' if p == 'ngram' else 's'][T], occ, t_unit, t1, c0)
             reps.append(dict(pred=pred, ratio=res['tokens'] / res['seconds'] / bt / pred, st=st, alphas=alphas, host=host, occ=occ,
-                             t_step=t_step, t_unit=t_unit, t1=t1, drift=drift))
+                             t_step=t_step, t_unit=t_unit, t1=t1, drift=drift, v=v, c=c, c0=c0, rho=rho))
         m = sorted(reps, key=lambda x: x['pred'])[len(reps) // 2]   # the median prediction's repeat: its terms are the row's
         at_k = lambda f: f(k) if isinstance(k, int) else statistics.mean(f(j) for j in range(1, ADAPTIVE_KMAX + 1))   # a k-dependent term: at the row's k, else its mean
         st, pp = m['st'], m['st'].pos_proposed
         row.update(alpha_per_position=[round(a, 4) if n else None for a, n in zip(m['alphas'], pp)],
                    host_per_round=round(m['host'] / m['t1'], 3), occupancy=round(m['occ'], 3), t_step_ms=round(m['t_step'] * 1e3, 4),
                    t_unit_ms=round((at_k(m['t_unit']) if callable(m['t_unit']) else m['t_unit']) * 1e3, 4), t1_ms=round(m['t1'] * 1e3, 4), drift=round(m['drift'], 3),
-                   tokens_per_round=round(st.tokens_per_round, 3), verify_scale=None if rho is None else round(at_k(rho), 3),
-                   predicted_speedup=round(m['pred'], 3), c=round(c, 3), c0=round(c0, 3), mean_k=round(statistics.mean(st.k_used), 2),
+                   v_window=round(at_k(lambda j: m['v'][j]), 3), pass_drift=round(m['t1'] / cst['t1'], 3),
+                   tokens_per_round=round(st.tokens_per_round, 3), verify_scale=None if m['rho'] is None else round(at_k(m['rho']), 3),
+                   predicted_speedup=round(m['pred'], 3), c=round(m['c'], 3), c0=round(m['c0'], 3), c_repeats=[round(x['c'], 3) for x in reps], mean_k=round(statistics.mean(st.k_used), 2),
                    identical=(last['texts'] == raw[('none', 0, T, B)][-1][0]['texts']) if T == 0 else None,
                    measured_over_predicted=round(statistics.median(x['ratio'] for x in reps), 3))   # each repeat against its own prediction
         return row

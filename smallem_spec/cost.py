@@ -75,7 +75,8 @@ class AdaptiveK:
                  unit:float|None=None,     # seconds of the pass c and v are priced in (None: a plain step); converted to the loop's plain step once timed
                  n0:float=3.0,             # rounds' worth of weight the prior (with the offset seen at the other k) keeps in the price of a k run less
                  z:float=1.0,              # speculation stops only when no k would pay even with acceptance this many standard errors higher
-                 z_rounds:int=64):         # ... while the best k has been timed in fewer rounds than this (thin evidence); past it, the estimates decide
+                 z_rounds:int=64,          # ... while the best k has been timed in fewer rounds than this (thin evidence); past it, the estimates decide
+                 explore:float=0.05):      # a k not yet timed, priced by the prior alone, replaces a timed k that pays only where predicted this much better
         if kmax < 1: raise SmallemError(f"kmax must be >= 1 (got {kmax})")
         self.kmax, self.c, self.v, self.host, self.decay, self.prior = kmax, c, v, host, decay, prior
         self.acc, self.seen = [0.0] * kmax, [0.0] * kmax
@@ -89,7 +90,7 @@ class AdaptiveK:
         self.ahead, self._timed_at = max(1, ahead), 0   # the round count at the last timing of plain steps
         self.budget, self.ledger, self.done = budget, 0.0, 0.0   # plain steps the timed rounds lost beyond what they returned (gains count against it); tokens so far
         self.hope, self.hopeless = hope, None                     # decided at the first choice, from the costs known beforehand
-        self.unit, self.n0, self.z, self.z_rounds = unit, n0, z, z_rounds
+        self.unit, self.n0, self.z, self.z_rounds, self.explore = unit, n0, z, z_rounds, explore
 
     def alphas(self, z:float=0.0):
         "Per-position estimates, each shrunk toward the one before it (the first toward 1/2); `z` > 0: each raised by z of its standard errors (what the guesses seen so far cannot yet rule out)."
@@ -123,6 +124,8 @@ def choose(self:AdaptiveK) -> int:
     "The k of the next round; 0 asks the loop for `self.steps` plain steps (k > 0: `self.steps` rounds at most, to a loop that runs rounds in one call)."
     self.rounds += 1; self.steps, self._timing = 1, False
     g = self.gains(); k = max(g, key=g.get)
+    paid = [j for j in g if j in self.costs and g[j] >= 1.0 + self.margin]   # the k whose timed rounds say they pay
+    if k not in self.costs and paid and g[k] < (1.0 + self.explore) * max(g[j] for j in paid): k = max(paid, key=g.get)   # the prior alone must promise clearly more
     if self.hopeless is None and (self.unit is None or self.t_plain is not None):   # with the prices known beforehand (in plain steps): could any k pay if nearly every guess were kept?
         self.hopeless = max(expected_tokens_pos([self.hope] * j) / self.cost(j) for j in range(1, self.kmax + 1)) < 1.0 + self.margin
     if not self.timed:                              # no clock (simulations): probe once every probe_every rounds

@@ -323,20 +323,39 @@ _SRC_SAMPLE1 = r'''
 /* softmax(l / temp) of one row of V logits into p */
 static void softmax_row(const float *l, int V, float temp, float *p) {
   float mx = -INFINITY, it = 1.0f / temp;
-  for (int v = 0; v < V; v++) if (l[v] > mx) mx = l[v];
+  v16 m = ld(l);                                 /* the largest logit, 16 lanes at a time (a NaN is never taken, as before) */
+  for (int v = 16; v < V; v += 16) { v16 a = ld(l + v); v16i gt = a > m; m = (v16)(((v16i)a & gt) | ((v16i)m & ~gt)); }
+  for (int i = 0; i < 16; i++) if (m[i] > mx) mx = m[i];
   v16 s = {0};
   for (int v = 0; v < V; v += 16) { v16 e = vexp((ld(l + v) - mx) * it); st(p + v, e); s += e; }
   float inv = 1.0f / hsum(s);
   for (int v = 0; v < V; v += 16) st(p + v, ld(p + v) * inv);
 }
 
-/* the first index whose running sum of weights (in double) exceeds u times their total; -1 when every weight is 0 */
+/* the sum in double of 64 weights, 8 lanes at a time */
+typedef double v8d __attribute__((vector_size(64)));
+static inline double sum64(const float *w) {
+  v8d s = {0};
+  for (int i = 0; i < 64; i += 16) {
+    v16 a = ld(w + i);
+    s += __builtin_convertvector(__builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7), v8d)
+       + __builtin_convertvector(__builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15), v8d);
+  }
+  double t = 0; for (int i = 0; i < 8; i++) t += s[i];
+  return t;
+}
+
+/* the first index whose running sum of weights (in double) exceeds u times their total; -1 when every weight is 0. The
+   sums of blocks of 64 weights find the block (a vectorised pass, not a chain of V dependent additions), a running sum
+   inside it the index; where rounding leaves x past that block's last weight, the scan goes on into the next ones */
 static long draw(const float *w, int V, double u) {
-  double tot = 0, c = 0;
-  for (int v = 0; v < V; v++) tot += w[v];
+  const int nb = V / 64; double bs[nb > 0 ? nb : 1], tot = 0, c = 0;
+  for (int b = 0; b < nb; b++) { bs[b] = sum64(w + 64 * b); tot += bs[b]; }
+  for (int v = 64 * nb; v < V; v++) tot += w[v];
   if (!(tot > 0)) return -1;
-  double x = u * tot;
-  for (int v = 0; v < V; v++) { c += w[v]; if (c > x) return v; }
+  double x = u * tot; int b = 0;
+  while (b < nb && c + bs[b] <= x) c += bs[b++];
+  for (int v = 64 * b; v < V; v++) { c += w[v]; if (c > x) return v; }
   for (int v = V - 1; v >= 0; v--) if (w[v] > 0) return v;     /* rounding left x at the total */
   return -1;
 }
