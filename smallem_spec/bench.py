@@ -83,7 +83,7 @@ def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, 
     ends = {T: {p: [statistics.median(x[T, p][2][k] for x in cs) / (v[k] * t[1]) for k in (1, kmax)] for p in proposers} for T in temperatures}
     rho_k = {T: {p: {k: a + (b - a) * (k - 1) / (kmax - 1) for k in range(1, kmax + 1)} for p, (a, b) in d.items()} for T, d in ends.items()}
     rho = {T: {p: statistics.mean(e) for p, e in d.items()} for T, d in ends.items()}   # the verify pass as the loop pays it (the proposer's weights just read) over the microbenchmark's
-    out = {'t1': t[1], 'v': v, 'rho': rho, 'rho_k': rho_k, 'timer': 'kernel' if kernel else 'call', 'context': context, 'batch': batch, 'kmax': kmax, 'lengths': tuple(lengths), 'preset': preset,
+    out = {'t1': t[1], 'v': v, 'rho': rho, 'rho_k': rho_k, 'timer': 'kernel' if kernel else 'call', 'context': context, 'batch': batch, 'kmax': kmax, 'lengths': tuple(lengths), 'preset': preset, 'chunks': chunks,
            't_step': {T: statistics.median(x[T] for x in steps) for T in temperatures},
            'prop': prop, 'c': {p: prop[temperatures[0]][p][1] for p in proposers}, 'c0': {p: prop[temperatures[0]][p][0] for p in proposers},
            's': {T: {k: decide_time(batch, k, target.cfg.vocab_size, T, device=target.device) / t[1] for k in range(1, kmax + 1)}
@@ -155,9 +155,8 @@ def _window_passes(target, cst) -> dict|None:
 
 def _window_proposer(target, models, prompts, p, T, cst):
     "A proposer's call timed in the loop just before its group, as `measure_costs` times it (`proposer_cost`, once): (c0, c, {1: verify seconds, kmax: ...}) in seconds; None for the target alone or without those costs."
-    if p == 'none' or 'lengths' not in cst: return None
-    b = cst['batch']; chunks = [prompts[i:i + b] for i in range(0, min(len(prompts), 4 * b), b)]
-    return proposer_cost(target, lambda: make_proposer(p, target, models, cst.get('preset')), chunks, cst['kmax'], T, cst['lengths'], verify=True)
+    if p == 'none' or 'chunks' not in cst: return None   # the texts `measure_costs` timed it on
+    return proposer_cost(target, lambda: make_proposer(p, target, models, cst.get('preset')), cst['chunks'], cst['kmax'], T, cst['lengths'], verify=True)
 
 def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar) -> dict:
     "Every configuration `repeats` times, each proposer's rows (all its k) between two runs of the target alone, each run of which closes one group and opens the next: {(p, k, T, B): [(result, baseline tok/s, (the run before, the run after))]}, the target alone's own runs as (result, None, the run before it in its chain or None)."
