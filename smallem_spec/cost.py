@@ -76,7 +76,8 @@ class AdaptiveK:
                  n0:float=3.0,             # rounds' worth of weight the prior (with the offset seen at the other k) keeps in the price of a k run less
                  z:float=1.0,              # speculation stops only when no k would pay even with acceptance this many standard errors higher
                  z_rounds:int=64,          # ... while the best k has been timed in fewer rounds than this (thin evidence); past it, the estimates decide
-                 explore:float=0.05):      # a k not yet timed, priced by the prior alone, replaces a timed k that pays only where predicted this much better
+                 explore:float=0.05,       # a k not yet timed, priced by the prior alone, replaces a timed k that pays only where predicted this much better
+                 hope_loss:float=2.0):     # the z hope lasts while the rounds' losses stay within the budget plus this many probes' worth (inf: unbounded)
         if kmax < 1: raise SmallemError(f"kmax must be >= 1 (got {kmax})")
         self.kmax, self.c, self.v, self.host, self.decay, self.prior = kmax, c, v, host, decay, prior
         self.acc, self.seen = [0.0] * kmax, [0.0] * kmax
@@ -91,6 +92,7 @@ class AdaptiveK:
         self.budget, self.ledger, self.done = budget, 0.0, 0.0   # plain steps the timed rounds lost beyond what they returned (gains count against it); tokens so far
         self.hope, self.hopeless = hope, None                     # decided at the first choice, from the costs known beforehand
         self.unit, self.n0, self.z, self.z_rounds, self.explore = unit, n0, z, z_rounds, explore
+        self.hope_loss = hope_loss
 
     def alphas(self, z:float=0.0):
         "Per-position estimates, each shrunk toward the one before it (the first toward 1/2); `z` > 0: each raised by z of its standard errors (what the guesses seen so far cannot yet rule out)."
@@ -134,7 +136,8 @@ def choose(self:AdaptiveK) -> int:
     elif self.hopeless: k, self.steps = 0, 64 * self.probe_every               # plain steps only: no probe could find a k that pays
     elif self.t_plain is None or self.rounds - self._timed_at >= self.plain_every: k, self.steps, self._timing, self._timed_at = 0, self.warm + self.timed_steps, True, self.rounds   # time plain steps
     elif self._burst > 0: self.steps = self._burst; self._burst -= 1; k = max(k, self.k0)   # a probe: speculate, at least k0 guesses (one guess tells little of the next)
-    elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3 and max(self.gains(self.z if self.timed_rounds[k] < self.z_rounds else 0.0).values()) < 1.0 + self.margin:   # no k pays, by what the best one was seen to cost, even hoping for z standard errors more acceptance while it is thinly timed
+    elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3 and (max(self.gains(self.z if self.timed_rounds[k] < self.z_rounds else 0.0).values()) < 1.0 + self.margin   # no k pays, by what the best one was seen to cost, even hoping for z standard errors more acceptance while it is thinly timed,
+            or (self.budget > 0 and self.ledger > self.budget * self.done + self.hope_loss * self.probe_rounds * self.cost(k))):   # or the hope has lost more than the budget allows and `hope_loss` probes' worth besides
         loss = self.probe_rounds * self.cost(k) * (1 - g[k]) + self.catchup + self.switch   # plain steps the next probe is expected to lose (at k)
         owed = math.ceil(self.ledger / self.budget - self.done) if self.budget > 0 else 0   # plain steps until the rounds' losses are within budget
         k, self.steps, self._burst = 0, max(self.stretch, math.ceil(loss / self.probe_share), owed), self.probe_rounds

@@ -321,14 +321,14 @@ def _replay(self:FastSmallem, kind, cache, args:dict, plan, B, T):
     return out[0].clone(), out[1].clone()
 
 @patch
-def chain(self:FastSmallem, tokens, cache, sids, n_new, ks, h=None, temperature:float=0.0, generator=None, vocab=None, uniforms=None, states:bool=False):
-    "A proposer's k guesses per row in one call of the fused kernel (tokens [B, W] pending, then each guess fed back): (guesses [B, K], q [B, K, V] or None); None without the kernel. `vocab`: sorted token ids the guesses are restricted to; `uniforms` [B, K]: the draws' uniforms, drawn by the caller; `states`: each pass's hidden state [B, K, D] third."
+def chain(self:FastSmallem, tokens, cache, sids, n_new, ks, h=None, temperature:float=0.0, generator=None, vocab=None, uniforms=None, states:bool=False, clock=None):
+    "A proposer's k guesses per row in one call of the fused kernel (tokens [B, W] pending, then each guess fed back): (guesses [B, K], q [B, K, V] or None); None without the kernel. `vocab`: sorted token ids the guesses are restricted to; `uniforms` [B, K]: the draws' uniforms, drawn by the caller; `states`: each pass's hidden state [B, K, D] third; `clock` (float64, K values): the seconds from the call's start to the end of each pass."
     if self.fused is None or (h is not None and self.mtp is None) or (vocab is not None and vocab.numel() % 32): return None
     if isinstance(temperature, Sampling): return None                     # a filtered law: the proposer draws its guesses itself
     B, T = tokens.shape
     starts = [cache.lens[cache._sid(s)] for s in sids]
     cache.append(sids, [n + max(k - 1, 0) for n, k in zip(n_new, ks)])    # every token the chain will append
-    return self._fused(cache, sids, starts, n_new, tokens, B, T, h, chain=list(ks), temperature=temperature, generator=generator, vocab=vocab, uniforms=uniforms, states=states)
+    return self._fused(cache, sids, starts, n_new, tokens, B, T, h, chain=list(ks), temperature=temperature, generator=generator, vocab=vocab, uniforms=uniforms, states=states, clock=clock)
 
 # %% ../nbs/12_fast_path.ipynb #3b2c6315
 @patch

@@ -534,8 +534,11 @@ _SRC_PASS3 = r'''    const long nh = a->hrows ? a->nh : R; const float *xh = x;
    out[b * steps + i]: the argmax at temp 0, else a draw from softmax(logits / temp) with u[b * steps + i], whose
    probabilities go to q[(b * steps + i) * V ...] (zero outside a draft vocabulary). A proposer's k guesses in one call;
    the cache must already hold the pages of every token appended. hout, where not NULL, receives the hidden state of
-   each pass's row [B, steps, D] (plain steps in one call: the states an MTP module reads afterwards). */
-int smallem_chain(pass_args *a, int steps, const long *rowsteps, long *out, float temp, const double *u, float *q, float *hout) {
+   each pass's row [B, steps, D] (plain steps in one call: the states an MTP module reads afterwards); clk, where not NULL,
+   the seconds from the call's start to the end of each pass [steps] (a loop that times the first steps of a stretch apart
+   from the rest without calling twice). */
+int smallem_chain(pass_args *a, int steps, const long *rowsteps, long *out, float temp, const double *u, float *q, float *hout, double *clk) {
+  const double c0 = clk ? omp_get_wtime() : 0.0;
   const int B = a->B, T0 = a->T, D = a->D;
   const int Vh = a->Vh; long starts[B], nnew[B], tok[B]; float hbuf[a->h_in ? B * D : 1], pd[a->vmap && temp > 0 ? Vh : 1];
   const long *s0 = a->starts, *n0 = a->nnew, *tok0 = a->tokens; const float *h0 = a->h_in; const int R0 = a->R;
@@ -568,6 +571,7 @@ _SRC_PASS4 = r'''      } else tok[b] = a->best[r];
       nnew[b] = i + 1 < rowsteps[b];
     }
     a->R = B; a->T = 1; a->starts = starts; a->nnew = nnew; a->tokens = tok; if (h0) a->h_in = hbuf;
+    if (clk) clk[i] = omp_get_wtime() - c0;
   }
   a->R = R0; a->T = T0; a->starts = s0; a->nnew = n0; a->tokens = tok0; a->h_in = h0;
   return 0;
@@ -622,7 +626,7 @@ int smallem_round(pass_args *t, pass_args *m, int draft, int K, const long *ints
   double t2 = omp_get_wtime();
   m->tokens = mtok; m->R = B * T; m->T = T; m->nnew = mn;
   if (draft) m->starts = ms; else m->h_in = t->x;
-  int bad = smallem_chain(m, K, knext, d, temp, temp > 0 ? u + (long)B * T : NULL, q, NULL);
+  int bad = smallem_chain(m, K, knext, d, temp, temp > 0 ? u + (long)B * T : NULL, q, NULL, NULL);
   secs[0] = t1 - t0; secs[1] = t2 - t1; secs[2] = omp_get_wtime() - t2;
   return bad;
 }
@@ -737,7 +741,7 @@ def load_kernel(required:bool=False):
         lib = ctypes.CDLL(str(out))
         lib.smallem_pass.argtypes = [ctypes.POINTER(PassArgs)]
         lib.smallem_chain.argtypes = [ctypes.POINTER(PassArgs), ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
-                                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+                                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         lib.smallem_sample.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         lib.smallem_decide.argtypes = ([ctypes.c_int] * 3 + [ctypes.c_void_p, ctypes.c_float] + [ctypes.c_void_p] * 4
                                        + [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p])
@@ -865,11 +869,11 @@ def _args(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, h=None):
 
 @patch
 def __call__(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, h=None, chain:list[int]|None=None, temperature:float=0.0,
-             generator=None, vocab:torch.Tensor|None=None, uniforms:torch.Tensor|None=None, states:bool=False):
-    "One pass over `tokens` [B, T] appended at `starts` (the cache already holds their pages); returns logits, hidden. With `chain` (steps per row), the tokens [B, max(chain)] of a chain of passes (`smallem_chain`) and, when sampling, the probabilities they were drawn from [B, max(chain), V]; `vocab` restricts a chain's guesses to a draft vocabulary; `uniforms` [B, max(chain)] float64, the draws' uniforms where the caller has drawn them (else drawn here from `generator`, row by row); `states`: the hidden state of each of the chain's passes too [B, max(chain), D]."
+             generator=None, vocab:torch.Tensor|None=None, uniforms:torch.Tensor|None=None, states:bool=False, clock:torch.Tensor|None=None):
+    "One pass over `tokens` [B, T] appended at `starts` (the cache already holds their pages); returns logits, hidden. With `chain` (steps per row), the tokens [B, max(chain)] of a chain of passes (`smallem_chain`) and, when sampling, the probabilities they were drawn from [B, max(chain), V]; `vocab` restricts a chain's guesses to a draft vocabulary; `uniforms` [B, max(chain)] float64, the draws' uniforms where the caller has drawn them (else drawn here from `generator`, row by row); `states`: the hidden state of each of the chain's passes too [B, max(chain), D]; `clock` [max(chain)] float64 receives the seconds from the chain's start to the end of each pass."
     a, ints, out, tok, h = self._args(cache, sids, starts, n_new, tokens, B, T, h)
     R, D, V = B * T, self.cfg.dim, self.cfg.vocab_size
-    if chain is not None: return self._chain(a, B, chain, temperature, generator, vocab, h is not None, uniforms, states)
+    if chain is not None: return self._chain(a, B, chain, temperature, generator, vocab, h is not None, uniforms, states, clock)
     if self.lib.smallem_pass(ctypes.byref(a)): _bad_token(V)
     logits = out[R * D:R * (D + V)].view(B, T, V)
     logits.rows_argmax = out[R * (D + V):].view(torch.int64).view(B, T)   # `generate.argmax` uses it
@@ -900,8 +904,8 @@ def time_pass(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, reps:int
 
 # %% ../nbs/12a_fused_cpu.ipynb #d7a1c0b2
 @patch
-def _chain(self:FusedPass, a:PassArgs, B:int, chain:list[int], temperature:float, generator, vocab, mtp:bool, uniforms=None, states:bool=False):
-    "k passes in one call (`smallem_chain`): the guesses [B, K] and, when sampling, q [B, K, V] (zero outside `vocab`); with `states`, each pass's hidden state [B, K, D] third."
+def _chain(self:FusedPass, a:PassArgs, B:int, chain:list[int], temperature:float, generator, vocab, mtp:bool, uniforms=None, states:bool=False, clock=None):
+    "k passes in one call (`smallem_chain`): the guesses [B, K] and, when sampling, q [B, K, V] (zero outside `vocab`); with `states`, each pass's hidden state [B, K, D] third; `clock` (float64, K values) filled with the seconds from the call's start to the end of each pass."
     V, K = self.cfg.vocab_size, max(chain)
     toks, steps = torch.empty(B, K, dtype=torch.long), (ctypes.c_long * B)(*chain)
     hs = torch.empty(B, K, self.cfg.dim) if states else None
@@ -911,7 +915,7 @@ def _chain(self:FusedPass, a:PassArgs, B:int, chain:list[int], temperature:float
         ids, head = self.draft_head(vocab, mtp); a.head, a.Vh, a.vmap = head.data_ptr(), ids.numel(), ids.data_ptr()
     try: bad = self.lib.smallem_chain(ctypes.byref(a), K, ctypes.addressof(steps), toks.data_ptr(), temperature,
                                       None if u is None else u.data_ptr(), None if q is None else q.data_ptr(),
-                                      None if hs is None else hs.data_ptr())
+                                      None if hs is None else hs.data_ptr(), None if clock is None else clock.data_ptr())
     finally:
         if vocab is not None: d = self.mtp if mtp else self.main; a.head, a.Vh, a.vmap = d['head'].data_ptr(), V, None
     if bad: _bad_token(V)

@@ -138,14 +138,17 @@ def chains(model, temperature) -> bool:
 
 _CHAIN_FLOATS = 1 << 22   # sampled: the laws a call writes (steps x rows x vocabulary) stay under 16 MB; longer runs take several calls
 
-def plain_chain(model, tok:torch.Tensor, cache, sids:list, m:int, temperature:float=0.0, generator=None, hidden:bool=False):  # [B] -> [B, m] (, [B, m, D])
-    "m plain steps after the tokens `tok` (emitted, not yet read) in one call of the fused library (sampled, one per `_CHAIN_FLOATS` of laws): the tokens the loop of `generate` would emit, the same draws from `generator` in the same order; with `hidden`, the hidden state of each step's pass too."
+def plain_chain(model, tok:torch.Tensor, cache, sids:list, m:int, temperature:float=0.0, generator=None, hidden:bool=False,
+                clock:torch.Tensor|None=None):  # [B] -> [B, m] (, [B, m, D])
+    "m plain steps after the tokens `tok` (emitted, not yet read) in one call of the fused library (sampled, one per `_CHAIN_FLOATS` of laws): the tokens the loop of `generate` would emit, the same draws from `generator` in the same order; with `hidden`, the hidden state of each step's pass too; `clock` [m] float64 receives the seconds from the first call's start to the end of each step, read by the library (a caller times the first steps apart from the rest without a second call)."
     B, toks, hs, done = len(sids), [], [], 0
     n = m if temperature == 0 else max(1, _CHAIN_FLOATS // (B * model.cfg.vocab_size))
     while done < m:
         s = min(n, m - done)
         u = torch.rand(s, B, generator=generator, dtype=torch.float64).t() if temperature > 0 else None   # step by step, as the loop draws them
-        res = model.chain(tok[:, None], cache, sids, [1] * B, [s] * B, temperature=temperature, uniforms=u, states=hidden)
+        res = model.chain(tok[:, None], cache, sids, [1] * B, [s] * B, temperature=temperature, uniforms=u, states=hidden,
+                          clock=None if clock is None else clock[done:done + s])
+        if clock is not None and done: clock[done:done + s] += clock[done - 1]   # a later call's clock goes on from the last (the Python between them not counted)
         toks.append(res[0]); tok = res[0][:, -1]; done += s
         if hidden: hs.append(res[2])
     out = torch.cat(toks, 1)

@@ -264,14 +264,12 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
 # %% ../nbs/05_greedy.ipynb #f2b6caac
 def _plain_steps(target, cache, sids, last, m, temperature, generator, hidden:bool, mark:int=0, marks:list|None=None):
     "m plain steps of rows continuing from tokens `last`: the emitted tokens of each row, and the hidden states [A, m, D] if asked (`marks` receives the clock as step `mark` begins)."
-    if chains(target, temperature):   # one call of the fused library for each run of steps (two where a step is marked)
-        x, xs, hs = torch.tensor(last), [], []
-        for n in ([mark, m - mark] if marks is not None and 0 < mark < m else [m]):
-            if xs: marks.append(time.perf_counter())
-            r = plain_chain(target, x, cache, sids, n, temperature, generator, hidden)
-            if hidden: r, h = r; hs.append(h)
-            xs.append(r); x = r[:, -1]
-        return torch.cat(xs, 1).tolist(), (torch.cat(hs, 1) if hidden else None)
+    if chains(target, temperature):   # one call of the fused library, which reads the clock after each step (a second call would cost the machine's wake-up again)
+        clk = torch.zeros(m, dtype=torch.float64) if marks is not None and 0 < mark < m else None
+        tc = time.perf_counter(); r = plain_chain(target, torch.tensor(last), cache, sids, m, temperature, generator, hidden, clock=clk)
+        if clk is not None: marks.append(tc + float(clk[mark - 1]))
+        r, h = r if hidden else (r, None)
+        return r.tolist(), h
     x, xs, hs = torch.tensor([[t] for t in last], device=target.device), [], []
     for i in range(m):
         if marks is not None and i == mark: marks.append(time.perf_counter())

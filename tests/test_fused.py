@@ -251,8 +251,10 @@ def test_sample_logits_is_exact():
 @pytest.mark.parametrize('T', [0.0, 1.0])
 def test_plain_chain_equals_the_loop(fast, prompts, monkeypatch, T):
     "Plain decoding as one call of the library (`plain_chain`) emits the loop's tokens from the same draws, one row or three of"
-    " different lengths, and the plain steps of a policy (a clock mark between two calls, hidden states for the MTP module)"
-    " equal the loop's; drawing the uniforms row by row instead of step by step (a planted fault) changes the sampled texts."
+    " different lengths, and the plain steps of a policy (a clock mark, read by the library inside its one call; hidden states"
+    " for the MTP module) equal the loop's; the library's clock rises step by step within the call's own time, across the calls"
+    " of a long sampled run too; drawing the uniforms row by row instead of step by step (a planted fault) changes the sampled texts."
+    import time, smallem_spec.generate as G
     from smallem_spec.spec import _plain_steps
     t = fast['target']; batches = [prompts[:1], [prompts[1], prompts[2][:20], prompts[3][:27]]]
     def run(mode, fn):
@@ -261,18 +263,28 @@ def test_plain_chain_equals_the_loop(fast, prompts, monkeypatch, T):
     loop = run('python', gen)
     assert run('fused', gen) == loop
     if T:   # sampled runs longer than one call's laws: several calls, the same draws
-        import smallem_spec.generate as G
         monkeypatch.setattr(G, '_CHAIN_FLOATS', 7 * 3 * t.cfg.vocab_size)   # 7 steps a call at 3 rows, 21 at one
         assert run('fused', gen) == loop
+    def chained(b, g, timed):
+        with torch.inference_mode():
+            c = t.new_cache(capacity=[len(p) + 40 for p in b]); s = [c.new_seq() for _ in b]
+            t(torch.tensor([p[:min(map(len, b))] for p in b]), c, s)
+            clk = torch.full((30,), -1.0, dtype=torch.float64) if timed else None; t0 = time.perf_counter()
+            toks = G.plain_chain(t, torch.tensor([5] * len(b)), c, s, 30, T, g, clock=clk); wall = time.perf_counter() - t0
+            if timed: assert (clk > 0).all() and (clk[1:] > clk[:-1]).all() and clk[-1] <= wall, (clk, wall)
+            return toks.tolist()
+    monkeypatch.setenv('SMALLEM_ROUNDS', 'fused')
+    timed, untimed = ([chained(b, torch.Generator().manual_seed(i), x) for i, b in enumerate(batches)] for x in (True, False))
+    assert timed == untimed   # the clock changes no token
     def steps(b, g):
         with torch.inference_mode():
             c = t.new_cache(capacity=[len(p) + 40 for p in b]); s = [c.new_seq() for _ in b]
             t(torch.tensor([p[:min(map(len, b))] for p in b]), c, s)
-            marks = []; toks, h = _plain_steps(t, c, s, [5] * len(b), 30, T, g, True, 7, marks)
-            return toks, h, len(marks), [c.length(x) for x in s]
+            marks = []; t0 = time.perf_counter(); toks, h = _plain_steps(t, c, s, [5] * len(b), 30, T, g, True, 7, marks)
+            return toks, h, len(marks), [c.length(x) for x in s], t0 < marks[0] < time.perf_counter()
     fused, loop = run('fused', steps), run('python', steps)
-    for (a, ha, ma, la), (b, hb, mb, lb) in zip(fused, loop):
-        assert a == b and torch.equal(ha, hb) and ma == mb == 1 and la == lb
+    for (a, ha, ma, la, ia), (b, hb, mb, lb, ib) in zip(fused, loop):
+        assert a == b and torch.equal(ha, hb) and ma == mb == 1 and la == lb and ia and ib
     if T:   # the planted fault: the chain's uniforms drawn row by row
         def rowwise(b, g):
             with torch.inference_mode():
