@@ -159,26 +159,30 @@ def _window_proposer(target, models, prompts, p, T, cst):
     return proposer_cost(target, lambda: make_proposer(p, target, models, cst.get('preset')), cst['chunks'], cst['kmax'], T, cst['lengths'], verify=True)
 
 def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar) -> dict:
-    "Every configuration `repeats` times, each proposer's rows (all its k) between two runs of the target alone, each run of which closes one group and opens the next: {(p, k, T, B): [(result, baseline tok/s, (the run before, the run after))]}, the target alone's own runs as (result, None, the run before it in its chain or None)."
+    "Every configuration `repeats` times, each row between two runs of the target alone (each run closes one row and opens the next) and each proposer's rows (all its k) between two runs that also time the target's passes: {(p, k, T, B): [(result, baseline tok/s, (the run before, the run after))]}, each result with the pass timings of its group (`pass_window`); the target alone's group-closing runs as (result, None, the run before it in its chain or None)."
     groups, raw = {}, {}
     for p, k in configs: groups.setdefault(p, []).append(k)   # 'none': the reference code's row, a group of its own
     for r in range(repeats):
         for T in temperatures:
             for B in batches:
-                def plain(prev):
+                def plain(prev=None, passes=True):
                     res = run_config(target, models, prompts, new_tokens, 'none', 0, T, B, costs[B], seed=r)
-                    res['pass_t'] = _window_passes(target, costs[B])   # t(1) and v(k) again, now: the rows of the group are priced with these
-                    raw.setdefault(('none', 0, T, B), []).append((res, None, prev)); bar.update(); return res
-                before = plain(None)
+                    if passes:   # a group's ends: t(1) and v(k) again, now (its rows are priced with these), and the chain the noise is read from
+                        res['pass_t'] = _window_passes(target, costs[B]); raw.setdefault(('none', 0, T, B), []).append((res, None, prev))
+                    bar.update(); return res
+                first = before = plain()
                 for p, ks in groups.items():
                     done, pw = [], _window_proposer(target, models, prompts, p, T, costs[B])   # its guesses and verify passes timed now, for its rows' prices
-                    for k in ks:
-                        done.append(((p, k, T, B), run_config(ref if k == 'reference' else target, models, prompts, new_tokens, p, k, T, B, costs[B], seed=r))); bar.update()
-                    after = plain(before)
-                    bt = statistics.mean(b['tokens'] / b['seconds'] for b in (before, after))
-                    for key, res in done: res['prop_t'] = pw; raw.setdefault(key, []).append((res, bt, (before, after)))
-                    before = after
+                    for i, k in enumerate(ks):
+                        res = run_config(ref if k == 'reference' else target, models, prompts, new_tokens, p, k, T, B, costs[B], seed=r); bar.update()
+                        after = plain(first, True) if i == len(ks) - 1 else plain(passes=False)   # the row's speed is over the runs right before and after it
+                        done.append(((p, k, T, B), res, (before, after))); before = after
+                    for key, res, around in done:
+                        res['prop_t'], res['pass_window'] = pw, (first['pass_t'], before['pass_t'])
+                        raw.setdefault(key, []).append((res, statistics.mean(b['tokens'] / b['seconds'] for b in around), around))
+                    first = before
     return raw
+
 
 # %% ../nbs/10_bench.ipynb #276f0beb
 def _grid_row(key, lst, raw, costs, fast) -> dict:
@@ -203,7 +207,7 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
             st = res['stats']; alphas = [a / n if n else 0.0 for a, n in zip(st.pos_accepted, st.pos_proposed)]
             t_step = step(around)
             drift = t_step / cst['t_step'][T] if cst.get('t_step') else 1.0   # the plain loop now over while the costs were measured: recorded, not used (below)
-            win = [b.get('pass_t') for b in around]   # the passes timed with the plain runs just around the group, else those of the cost measurements
+            win = list(res.get('pass_window') or [b.get('pass_t') for b in around])   # the passes timed with the plain runs just around the group, else those of the cost measurements
             t1, v = (statistics.mean(w[1] for w in win), {kk: statistics.mean(w[kk + 1] / w[1] for w in win) for kk in cst['v']}) if all(win) else (cst['t1'], cst['v'])
             pw = res.get('prop_t')
             if pw is not None and all(win):   # the proposer's call timed just before the group: its c0, c and verify passes in this window's t(1)
@@ -267,7 +271,7 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     models = {b: wrap(load_or_train(preset, b, device=device)) for b in {parse_proposer(p)[0] for p in proposers} if b in DRAFTERS}
     prompts = validation_prompts(preset, n=n_prompts, length=32)
     configs = [(p, k) for p in proposers for k in ks] + ([('none', 'reference')] if fast else [])   # the target alone on the reference code
-    bar = tqdm(total=repeats * len(temperatures) * len(batches) * (len(configs) + len({p for p, _ in configs}) + 1) + 1, desc='smallem_bench', disable=not progress)
+    bar = tqdm(total=repeats * len(temperatures) * len(batches) * (2 * len(configs) + 1) + 1, desc='smallem_bench', disable=not progress)
     for p in (list(proposers) or ['none']): run_config(target, models, prompts[:1], 8, p, 2, 0.0, 1, None)   # warm-up, not timed
     bar.update()
     kmax = max([k for k in ks if isinstance(k, int)] + [ADAPTIVE_KMAX])
