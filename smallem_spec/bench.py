@@ -231,7 +231,8 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
                    tokens_per_round=round(st.tokens_per_round, 3), verify_scale=None if m['rho'] is None else round(at_k(m['rho']), 3),
                    predicted_speedup=round(m['pred'], 3), c=round(m['c'], 3), c0=round(m['c0'], 3), c_repeats=[round(x['c'], 3) for x in reps], mean_k=round(statistics.mean(st.k_used), 2),
                    identical=(last['texts'] == raw[('none', 0, T, B)][-1][0]['texts']) if T == 0 else None,
-                   measured_over_predicted=round(statistics.median(x['ratio'] for x in reps), 3))   # each repeat against its own prediction
+                   measured_over_predicted=round(statistics.median(x['ratio'] for x in reps), 3),   # each repeat against its own prediction
+                   pair_spread=round(max(abs(a - b) / ((a + b) / 2) for a, b in ([x['tokens'] / x['seconds'] for x in around] for _, _, around in lst)), 3))   # how far apart the two runs of the target alone around it were (the largest over the repeats)
         return row
     row['measured_over_predicted'] = round(row['speedup'] / row['predicted_speedup'], 3) if row['predicted_speedup'] else None
     return row
@@ -314,11 +315,13 @@ def verdict(result:dict) -> str:
     # the target alone ran before and after every group of rows: what separated those two runs is this machine's noise
     spread = {r['temperature']: r.get('baseline_spread') or 0.0 for r in result['rows'] if r['proposer'] == 'none' and r['batch'] == B}
     noise = max(list(spread.values()) + [0.0])
+    near = {T: statistics.median(ps) for T in spread if (ps := [r['pair_spread'] for r in rows if r['batch'] == B and r['temperature'] == T and r.get('pair_spread') is not None])}
+    spread = {**spread, **near}   # each row over the two runs just around it (where recorded): how far those two were apart is the noise its ratio carries
     out = []
     for T in sorted({r['temperature'] for r in rows}):
         rs = [r for r in rows if r['batch'] == B and r['temperature'] == T]
         b = max(rs, key=lambda r: r['speedup']); mode = 'greedy' if T == 0 else f'T={T:g}'
-        if b['speedup'] < 1 + max(0.03, spread.get(T, 0.0)):   # within 3%, or within what the target alone moved around this group
+        if b['speedup'] < 1 + max(0.03, spread.get(T, 0.0)):   # within 3%, or within what the target alone moved around the rows
             out.append(f"{mode}: nothing paid (best {b['proposer']} {'k=' if isinstance(b['k'], int) else ''}{b['k']} x{b['speedup']:.2f})"); continue
         if not isinstance(b['k'], int) and (b.get('mean_k') or 0) < 0.5:   # its gain is plain decoding's, i.e. noise
             out.append(f"{mode}: nothing paid (best {b['proposer']} {b['k']} x{b['speedup']:.2f}, but its policy decoded plainly: mean k {b.get('mean_k') or 0:.1f})"); continue
@@ -333,7 +336,11 @@ def verdict(result:dict) -> str:
     if losers:
         out.append("in greedy mode slower than the target alone at every k: " + ', '.join(
             f"{p} (its guess costs c = {cst['c'][p]:.2f} of a target pass)" for p in losers if p in cst['c']))
-    if noise > 0.03:
+    if near:
+        out.append(f"the target alone's speed moved by up to {noise:.0%} between its runs at the two ends of a group of rows; each row's "
+                   f"speed-up is over the two runs just around it, which differed by a median of {' and '.join(f'{v:.0%} (' + ('greedy' if T == 0 else f'T={T:g}') + ')' for T, v in sorted(near.items()))}, so differences "
+                   f"smaller than that are this run's noise (more --repeats narrow it)")
+    elif noise > 0.03:
         out.append(f"the target alone's speed moved by up to {noise:.0%} between its runs around a group of rows, so differences "
                    f"smaller than that are this run's noise (more --repeats narrow it)")
     return f"Verdict on {where}, batch {B}: " + '; '.join(out) + '.'

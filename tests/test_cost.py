@@ -139,7 +139,8 @@ def test_verdict_says_what_paid():
     assert 'noise' not in v, v                                     # no baseline spread recorded (older results): no noise clause
 
 def test_verdict_knows_the_runs_noise():
-    "When the target alone's runs around a group differ by 12%, a ×1.08 is not called a gain and the line says why."
+    "When the target alone's runs around a group differ by 12%, a ×1.08 is not called a gain and the line says why; where each"
+    "row was timed between two runs 5% apart (`pair_spread`), its ×1.08 is over that noise and named."
     from smallem_spec.bench import verdict
     row = lambda p, k, T, s, mk=None: dict(proposer=p, k=k, temperature=T, batch=1, speedup=s, mean_k=mk, c=0.3, alpha_per_position=[0.8])
     res = {'meta': {'gpu': None, 'cpu': 'Some CPU', 'costs': {'1': {'v': {'2': 1.1, '3': 1.2}, 'c': {'mtp': 0.2}}}},
@@ -149,6 +150,10 @@ def test_verdict_knows_the_runs_noise():
     res['rows'].pop()
     v = verdict(res)
     assert 'greedy: nothing paid (best mtp k=2 x1.08)' in v and 'moved by up to 12%' in v, v
+    # rows priced over the two runs just around each (`pair_spread`, 5% apart here): the x1.08 is beyond that noise and named
+    res['rows'][1] = dict(res['rows'][1], pair_spread=0.05)
+    v = verdict(res)
+    assert 'greedy: mtp k=2 paid most, x1.08' in v and 'moved by up to 12%' in v and 'differed by a median of 5% (greedy)' in v, v
 
 def test_baseline_spread_pairs_the_runs_around_each_group():
     "The target alone's row: the largest gap between the run before and the run after one group (each run closes one"
@@ -177,6 +182,7 @@ def test_grid_row_prices_each_row_with_the_plain_steps_around_its_group():
     assert row['speedup'] == 3.0                     # 1000 tok/s over 250 and over 500: 4 and 2, their median 3
     # repeat 1: 2 tokens a round, 4 ms steps, a round priced v(2) t1 = 2 ms: 4x; repeat 2: 2 ms steps: 2x; the median repeat's terms
     assert sorted([row['predicted_speedup'], row['t_step_ms']]) in ([2.0, 2.0], [4.0, 4.0]) and row['measured_over_predicted'] == 1.0
+    assert row['pair_spread'] == 0.0                 # the two runs around each repeat ran at the same speed
 
 def _simulate_timed(monkeypatch, alpha:float, round_cost_of, texts:int=8, tokens:int=200, seed:int=0, catchup:float=0.0,
                     policy=AdaptiveK, calls:bool=False, **kw) -> float:
