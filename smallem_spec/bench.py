@@ -112,7 +112,8 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
     if k == 'adaptive':   # one policy for the whole row: what it learns of this machine and proposer carries from prompt to prompt
         kk = ADAPTIVE_KMAX; s = costs['s_lookup' if proposer == 'ngram' else 's'][temperature]
         c0, c = costs['prop'][temperature][proposer]; rho = _rho(costs, temperature, proposer)
-        pol = AdaptiveK(kk, c, lambda j: costs['v'][j] * rho(j) + s[j] + c0, unit=costs['t1'])   # the verify pass as the loop pays it, in passes of t(1)
+        pol = AdaptiveK(kk, c, lambda j: costs['v'][j] * rho(j) + s[j] + c0, unit=costs['t1'],   # the verify pass as the loop pays it, in passes of t(1)
+                        step=costs['t_step'][temperature] / costs['t1'] if costs.get('t_step') else None, verify_price=lambda j: costs['v'][j] * rho(j))   # a round priced against its own verify pass
     for i, ch in enumerate(chunks):
         g = torch.Generator(dev).manual_seed(seed + i)
         sync(dev); t0 = time.perf_counter()

@@ -77,7 +77,9 @@ class AdaptiveK:
                  z:float=1.0,              # speculation stops only when no k would pay even with acceptance this many standard errors higher
                  z_rounds:int=64,          # ... while the best k has been timed in fewer rounds than this (thin evidence); past it, the estimates decide
                  explore:float=0.05,       # a k not yet timed, priced by the prior alone, replaces a timed k that pays only where predicted this much better
-                 hope_loss:float=2.0):     # the z hope lasts while the rounds' losses stay within the budget plus this many probes' worth (inf: unbounded)
+                 hope_loss:float=2.0,      # the z hope lasts while the rounds' losses stay within the budget plus this many probes' worth (inf: unbounded)
+                 step:float|None=None,     # a plain step in the prior's unit, measured with it (t_step / t(1)): prices in plain steps without the loop's clock
+                 verify_price=None):       # k -> the verify pass of a round at k in the prior's unit, measured with it: a round timed with its own verify pass is priced by their ratio
         if kmax < 1: raise SmallemError(f"kmax must be >= 1 (got {kmax})")
         self.kmax, self.c, self.v, self.host, self.decay, self.prior = kmax, c, v, host, decay, prior
         self.acc, self.seen = [0.0] * kmax, [0.0] * kmax
@@ -92,7 +94,7 @@ class AdaptiveK:
         self.budget, self.ledger, self.done = budget, 0.0, 0.0   # plain steps the timed rounds lost beyond what they returned (gains count against it); tokens so far
         self.hope, self.hopeless = hope, None                     # decided at the first choice, from the costs known beforehand
         self.unit, self.n0, self.z, self.z_rounds, self.explore = unit, n0, z, z_rounds, explore
-        self.hope_loss = hope_loss
+        self.hope_loss, self.step, self.verify_price = hope_loss, step, verify_price
 
     def alphas(self, z:float=0.0):
         "Per-position estimates, each shrunk toward the one before it (the first toward 1/2); `z` > 0: each raised by z of its standard errors (what the guesses seen so far cannot yet rule out)."
@@ -101,7 +103,8 @@ class AdaptiveK:
             prev = (a + self.prior * prev) / (s + self.prior); out.append(min(1.0, prev + z * math.sqrt(prev * (1 - prev) / (s + self.prior))))
         return out
     def scale(self) -> float:
-        "Plain steps a pass of the prior's unit is worth: 1 until both are known."
+        "Plain steps a pass of the prior's unit is worth: 1 / `step` where given, else from the loop's plain steps once timed (1 until then)."
+        if self.step: return 1.0 / self.step   # measured together with the prices: no clock of another moment in it
         return self.unit / self.t_plain if (self.unit and self.t_plain) else 1.0
     def priced(self, k:int) -> float:
         "A round at k in plain steps as priced beforehand, (k c + v(k)) in the loop's unit, plus the offset the timed rounds showed (`host`)."
@@ -128,7 +131,7 @@ def choose(self:AdaptiveK) -> int:
     g = self.gains(); k = max(g, key=g.get)
     paid = [j for j in g if j in self.costs and g[j] >= 1.0 + self.margin]   # the k whose timed rounds say they pay
     if k not in self.costs and paid and g[k] < (1.0 + self.explore) * max(g[j] for j in paid): k = max(paid, key=g.get)   # the prior alone must promise clearly more
-    if self.hopeless is None and (self.unit is None or self.t_plain is not None):   # with the prices known beforehand (in plain steps): could any k pay if nearly every guess were kept?
+    if self.hopeless is None and (self.unit is None or self.t_plain is not None or self.step):   # with the prices known beforehand (in plain steps): could any k pay if nearly every guess were kept?
         self.hopeless = max(expected_tokens_pos([self.hope] * j) / self.cost(j) for j in range(1, self.kmax + 1)) < 1.0 + self.margin
     if not self.timed:                              # no clock (simulations): probe once every probe_every rounds
         if g[k] < 1.0 and self.rounds % self.probe_every: k = 0
@@ -147,8 +150,9 @@ def choose(self:AdaptiveK) -> int:
     return k
 
 @patch
-def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=1, first:tuple|None=None, seconds:float|None=None, more:bool=False):
-    "Time the round (or the plain steps: `first` = (w, seconds the first w of them took); `seconds`: the round's own, from a call that ran several; `more`: a round of that call after its first, which no choice preceded); count, for each row, the positions it reached and which of them were accepted."
+def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=1, first:tuple|None=None, seconds:float|None=None, more:bool=False,
+           verify:float|None=None):
+    "Time the round (or the plain steps: `first` = (w, seconds the first w of them took); `seconds`: the round's own, from a call that ran several; `more`: a round of that call after its first, which no choice preceded; `verify`: the seconds of the round's verify pass, read in the same call, which with `verify_price` and `step` prices the round in plain steps of that moment); count, for each row, the positions it reached and which of them were accepted."
     if more: self.rounds += 1; self._burst = max(0, self._burst - 1)   # as if chosen: the round counter, and a probe's rounds left
     dt = (seconds if seconds is not None else time.perf_counter() - self._t0) if (self.timed and self._t0 is not None) else None
     prev, self._prev = self._prev, k
@@ -163,17 +167,18 @@ def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=
         self._left = 0 if (self._timing or self.k != 0) else max(0, self.steps - steps)   # the rest of a stretch goes on in the next text (not the steps of rounds that had no guess left to make)
         self.done += steps
         return
-    if dt is not None and self.t_plain and prev == 0 and k in self.costs:   # after plain steps the proposer catches up: what that costs
-        self._cu = (self._cu + [dt / self.t_plain - self.cost(k)])[-9:]; self.catchup = max(0.0, sorted(self._cu)[len(self._cu) // 2])
-    if dt is not None and self.t_plain and prev != 0:   # (after plain steps a drafter catches up: not a round's usual cost)
-        cost = dt / self.t_plain
+    unit = verify * self.step / self.verify_price(k) if (verify and self.step and self.verify_price) else self.t_plain   # a plain step now, in seconds: from the round's own verify pass where known (the host's speed of this very call), else the last plain steps timed
+    if dt is not None and unit and prev == 0 and k in self.costs:   # after plain steps the proposer catches up: what that costs
+        self._cu = (self._cu + [dt / unit - self.cost(k)])[-9:]; self.catchup = max(0.0, sorted(self._cu)[len(self._cu) // 2])
+    if dt is not None and unit and prev != 0:   # (after plain steps a drafter catches up: not a round's usual cost)
+        cost = dt / unit
         self._ts[k] = (self._ts.get(k, []) + [cost])[-9:]   # a median of the last nine: one round the machine stalled in does not price k out
         self.costs[k] = sorted(self._ts[k])[len(self._ts[k]) // 2]
         self.timed_rounds[k] = self.timed_rounds.get(k, 0) + 1
         self._hs = (self._hs + [cost - round_cost(k, self.c, self.v) * self.scale()])[-9:]
         self.host = sorted(self._hs)[len(self._hs) // 2]    # the median excess over k c + v(k): the prior's offset
     made = sum(n + 1 for n in n_accepted) / len(n_accepted) if n_accepted else 1.0   # tokens a row: what plain steps would have taken
-    if dt is not None and self.t_plain: self.ledger += dt / self.t_plain - made       # every timed round, the catch-ups and gains included
+    if dt is not None and unit: self.ledger += dt / unit - made       # every timed round, the catch-ups and gains included
     self.done += made
     self.acc = [a * self.decay for a in self.acc]; self.seen = [s * self.decay for s in self.seen]
     for n, kb in zip(n_accepted, ks):

@@ -1053,8 +1053,8 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
                             else: pt[b] = ptn[i]; pc.keep(ps[i], pt[b] + max(kn[i] - 1, 0))
                         log += [(K, x[0::2], x[1::2]) for x in rl]
                         if k_policy is not None:   # each round's own seconds and its share of the Python before and after the call (the catch-up the first's)
-                            extra = (clock() - tc - sum(rs) - tcu) / len(rl)
-                            for j, x in enumerate(rl): k_policy.update(K, x[1::2], x[0::2], seconds=rs[j] + extra + (tcu if j == 0 else 0.0), more=j > 0)
+                            extra, vf = (clock() - tc - sum(rs) - tcu) / len(rl), ({'verify': sv / len(rl)} if getattr(k_policy, 'verify_price', None) else {})   # the call's verify passes: the host's speed while it ran
+                            for j, x in enumerate(rl): k_policy.update(K, x[1::2], x[0::2], seconds=rs[j] + extra + (tcu if j == 0 else 0.0), more=j > 0, **vf)
                     else:
                         if temperature > 0:           # the decision's uniforms, then the next guesses': the loop of 05's order
                             u = ubuf.get((B, K))
@@ -1070,7 +1070,7 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
                             cache.keep(ts[i], tl[i] + 1 + n)
                             if mtp: pc.keep(ps[i], ml[i] + n + 1)
                             else: pt[b] += n + 1; pc.keep(ps[i], pt[b] + max(kn[i] - 1, 0))
-                        k_policy.update(kr, list(ns), list(ks))
+                        k_policy.update(kr, list(ns), list(ks), **({'verify': sv} if getattr(k_policy, 'verify_price', None) else {}))
                         log.append((kr, list(ks), list(ns)))
                     tp['verify'] += sv; tp['decide'] += sd; tp['propose'] += sp; tp['bookkeeping'] += clock() - t0 - sv - sd - sp
                 going = [i for i, b in enumerate(rows) if len(out[b]) < budget[b]]

@@ -185,30 +185,40 @@ def test_grid_row_prices_each_row_with_the_plain_steps_around_its_group():
     assert row['pair_spread'] == 0.0                 # the two runs around each repeat ran at the same speed
 
 def _simulate_timed(monkeypatch, alpha:float, round_cost_of, texts:int=8, tokens:int=200, seed:int=0, catchup:float=0.0,
-                    policy=AdaptiveK, calls:bool=False, **kw) -> float:
+                    policy=AdaptiveK, calls:bool=False, phase=None, verify=None, **kw) -> float:
     "Drive AdaptiveK's timed path with a simulated clock: a plain step costs 1, a round at k costs round_cost_of(k) (plus"
     "`catchup` for the first round of a text or after plain steps: the proposer reading what it missed) and keeps each"
     "guess with probability alpha until the first refusal. `calls`: as the fused loop of 12a_fused_cpu, a choice's"
-    "`steps` rounds run in one call, each reported with its own seconds. Returns the time per token over plain decoding's."
+    "`steps` rounds run in one call, each reported with its own seconds. `phase`: the host's speed, a factor on every"
+    "cost as a function of the clock; `verify`: k -> the plain steps of a round's verify pass, reported with each round"
+    "(times the phase) as the fused loop reports its verify passes. Returns the time per token over plain decoding's at"
+    "the same phases (plain decoding's own time, step by step)."
     import random, smallem_spec.cost as cost_mod
     now = [0.0]; monkeypatch.setattr(cost_mod.time, 'perf_counter', lambda: now[0])
+    f = phase or (lambda t: 1.0)
     rng, pol, spent, made = random.Random(seed), policy(6, 0.3, lambda j: 1.0, **kw), 0.0, 0
     for _ in range(texts):
         pol.start(); left, prev = tokens, 0
         while left > 0:
             k = pol.choose()
             if k == 0:
-                m = max(1, min(pol.steps, left)); now[0] += m; pol.update(0, [], [], steps=m); left -= m; prev = 0; continue
+                m = max(1, min(pol.steps, left))
+                for _ in range(m): now[0] += f(now[0])
+                pol.update(0, [], [], steps=m); left -= m; prev = 0; continue
             for j in range(pol.steps if calls else 1):
                 if j and left <= 1: break
                 kk, n = min(k, max(left - 1, 0)) if calls else k, 0
                 while n < kk and rng.random() < alpha: n += 1
-                dt = round_cost_of(k) + (catchup if prev == 0 else 0.0); now[0] += dt
-                if calls: pol.update(k, [n], [kk], seconds=dt, more=j > 0)
-                else: pol.update(k, [n], [k])
+                x = f(now[0]); dt = (round_cost_of(k) + (catchup if prev == 0 else 0.0)) * x; now[0] += dt
+                vf = {'verify': verify(k) * x} if verify else {}
+                if calls: pol.update(k, [n], [kk], seconds=dt, more=j > 0, **vf)
+                else: pol.update(k, [n], [k], **vf)
                 left -= n + 1; prev = k
         spent, made = now[0], made + tokens
-    return spent / made
+    if phase is None: return spent / made
+    plain, t = 0.0, 0.0   # plain decoding over the same clock: every token one step at the host's speed of its moment
+    for _ in range(made): x = f(t); t += x; plain += x
+    return spent / plain
 
 _dear = lambda k: 1.4 + 0.8 * k      # rounds that cost more than they return at α = 1/2 (about draft2's at batch 8 on the H200)
 _cheap = lambda k: 1.05 + 0.1 * k    # rounds that pay at α = 0.8
@@ -413,3 +423,27 @@ def test_adaptive_keeps_a_timed_k_that_pays_over_an_untimed_one_priced_a_little_
     assert 2 in pol.costs and 1 not in pol.costs and g[2] == pytest.approx(1.08, abs=0.005) and g[1] == pytest.approx(1.105, abs=0.005)
     assert policy().choose() == 2 and policy(explore=0.0).choose() == 1
     assert policy(c=0.5, v0=0.8, vs=0.25).choose() == 1                      # k = 1 priced at x1.22 (the offset seen at k = 2 applied): 13% better, tried
+
+def test_adaptive_prices_rounds_by_their_own_verify_pass(monkeypatch):
+    "A host whose speed alternates between 1 and 1.5 every 60 plain steps (both plain steps and rounds slow together, as on"
+    "the shared AMD EPYC, where a round at k = 2 of one drafter cost from 1.6 to 2.3 plain steps from one call of 32 rounds"
+    "to the next), a proposer that pays (rounds of 1.2 + 0.35 k plain steps, α = 0.75, a catch-up of 1), its rounds run"
+    "in calls as the fused loop runs them, 8 texts of 200 tokens, mean of 8 seeds. Priced against the verify pass timed in"
+    "the same call (`verify_price` and `step`, the fused loop reporting its verify passes), each round's cost in plain steps"
+    "does not move with the host, and the policy keeps the gain a steady host gives (0.850 of plain decoding's time, against"
+    "0.854 on a steady host); the control priced against the last plain steps timed mistakes slow moments for dear rounds"
+    "and back (0.934). On a steady host the two are the same."
+    import statistics
+    pays, vp = (lambda k: 1.2 + 0.35 * k), (lambda k: 1.0 + 0.05 * k)
+    square = lambda t: 1.5 if (t // 60) % 2 else 1.0
+    def run(phase, same):
+        kw = dict(verify=vp, step=1.0, verify_price=vp) if same else {}
+        return statistics.mean(_simulate_timed(monkeypatch, alpha=0.75, round_cost_of=pays, catchup=1.0, seed=s, calls=True, phase=phase, **kw) for s in range(8))
+    same, control, steady = run(square, True), run(square, False), run(None, True)
+    assert same < 0.86 and control > 0.90 and abs(same - steady) < 0.01, (same, control, steady)
+    assert run(None, False) == steady
+    # by hand: a plain step is 2 units (`step`) and a verify pass at k = 2 is 1.5 units, so a verify pass timed at 3 s says a
+    # plain step is worth 4 s in that call: a round of 4 s costs 1 plain step, whatever the plain steps timed earlier said
+    pol = AdaptiveK(6, 0.5, lambda j: 1.0, unit=1.0, step=2.0, verify_price=lambda j: 1.5); pol._t0, pol._prev, pol.t_plain = 0.0, 2, 1.0
+    pol.update(2, [1], [2], seconds=4.0, verify=3.0)
+    assert pol.scale() == 0.5 and pol.costs[2] == 1.0 and pol.host == 0.0 and pol.ledger == 1.0 - 2.0
