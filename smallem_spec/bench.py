@@ -103,18 +103,26 @@ def _rho(costs, T, p):
     r = costs.get('rho', {}).get(T, {}).get(p)
     return lambda k: 1.0 if r is None else r
 
-def run_config(target, models, prompts, new_tokens, proposer, k, temperature, batch, costs, seed=0) -> dict:
-    "Run one configuration once; returns seconds, tokens, texts and pooled stats."
+def run_config(target, models, prompts, new_tokens, proposer, k, temperature, batch, costs, seed=0,
+               paired=None   # a model: its plain decoding of each chunk runs right beside the row's (alternating which goes first), the row's own baseline
+              ) -> dict:
+    "Run one configuration once; returns seconds, tokens, texts and pooled stats (and, `paired`, the plain decoding's two halves as `base_halves`)."
     dev = target.device
     chunks = [prompts[i:i + batch] for i in range(0, len(prompts), batch)]
     secs, texts, passes, slots, agg = 0., [], 0, 0, SpecStats()
+    base = []   # (seconds, tokens, passes) of the paired plain decoding, chunk by chunk
     pol, kk = None, k
     if k == 'adaptive':   # one policy for the whole row: what it learns of this machine and proposer carries from prompt to prompt
         kk = ADAPTIVE_KMAX; s = costs['s_lookup' if proposer == 'ngram' else 's'][temperature]
         c0, c = costs['prop'][temperature][proposer]; rho = _rho(costs, temperature, proposer)
         pol = AdaptiveK(kk, c, lambda j: costs['v'][j] * rho(j) + s[j] + c0, unit=costs['t1'],   # the verify pass as the loop pays it, in passes of t(1)
                         step=costs['t_step'][temperature] / costs['t1'] if costs.get('t_step') else None, verify_price=lambda j: costs['v'][j] * rho(j))   # a round priced against its own verify pass
+    def alone(i, ch):
+        sync(dev); t0 = time.perf_counter()
+        out, st = generate(paired, ch, new_tokens, temperature, torch.Generator(dev).manual_seed(seed + i), return_stats=True)
+        sync(dev); base.append((time.perf_counter() - t0, sum(len(t) for t in out), st['passes']))
     for i, ch in enumerate(chunks):
+        if paired is not None and i % 2 == 0: alone(i, ch)
         g = torch.Generator(dev).manual_seed(seed + i)
         sync(dev); t0 = time.perf_counter()
         if proposer == 'none':
@@ -124,9 +132,14 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
             out, st = speculative_generate(target, make_proposer(proposer, target, models), ch, new_tokens, kk, temperature, g, k_policy=pol)
         sync(dev); secs += time.perf_counter() - t0
         texts += out
+        if paired is not None and i % 2 == 1: alone(i, ch)
         if proposer == 'none': passes += st['passes']; continue
         agg = agg + st; slots += st.rounds * len(ch)    # rows the batch carried, finished or not
-    return dict(seconds=secs, tokens=sum(len(t) for t in texts), texts=texts, passes=passes, row_slots=slots, stats=agg)
+    res = dict(seconds=secs, tokens=sum(len(t) for t in texts), texts=texts, passes=passes, row_slots=slots, stats=agg)
+    if paired is not None:
+        h = max(1, len(base) // 2)
+        res['base_halves'] = [dict(zip(('seconds', 'tokens', 'passes'), map(sum, zip(*part)))) for part in (base[:h], base[h:]) if part]
+    return res
 
 # %% ../nbs/10_bench.ipynb #b7c35fc5
 def _predict(alphas, ks_used, c, v, t_step, host, s=None, occupancy:float=1.0, t_unit=None, t1=None, c0:float=0.0):
@@ -160,7 +173,7 @@ def _window_proposer(target, models, prompts, p, T, cst):
     return proposer_cost(target, lambda: make_proposer(p, target, models, cst.get('preset')), cst['chunks'], cst['kmax'], T, cst['lengths'], verify=True)
 
 def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar) -> dict:
-    "Every configuration `repeats` times, each row between two runs of the target alone (each run closes one row and opens the next) and each proposer's rows (all its k) between two runs that also time the target's passes: {(p, k, T, B): [(result, baseline tok/s, (the run before, the run after))]}, each result with the pass timings of its group (`pass_window`); the target alone's group-closing runs as (result, None, the run before it in its chain or None)."
+    "Every configuration `repeats` times, each proposer's rows (all its k) between two runs of the target alone that also time the target's passes, and each row against its own baseline: at a batch that splits the prompts into several chunks, the target alone on each chunk right beside the row's (`run_config(paired=)`), else the runs just before and after it: {(p, k, T, B): [(result, baseline tok/s, (two baseline runs or halves))]}, each result with the pass timings of its group (`pass_window`); the target alone's group-closing runs as (result, None, the run before it in its chain or None)."
     groups, raw = {}, {}
     for p, k in configs: groups.setdefault(p, []).append(k)   # 'none': the reference code's row, a group of its own
     for r in range(repeats):
@@ -174,10 +187,14 @@ def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, b
                 first = before = plain()
                 for p, ks in groups.items():
                     done, pw = [], _window_proposer(target, models, prompts, p, T, costs[B])   # its guesses and verify passes timed now, for its rows' prices
+                    pair = B < len(prompts)   # several chunks: each row's baseline is the target alone on the same chunks, one beside each
                     for i, k in enumerate(ks):
-                        res = run_config(ref if k == 'reference' else target, models, prompts, new_tokens, p, k, T, B, costs[B], seed=r); bar.update()
-                        after = plain(first, True) if i == len(ks) - 1 else plain(passes=False)   # the row's speed is over the runs right before and after it
+                        res = run_config(ref if k == 'reference' else target, models, prompts, new_tokens, p, k, T, B, costs[B], seed=r,
+                                         paired=target if pair else None); bar.update(2 if pair else 1)
+                        if pair: done.append(((p, k, T, B), res, tuple(res.pop('base_halves')))); continue
+                        after = plain(first, True) if i == len(ks) - 1 else plain(passes=False)   # one chunk: the row's speed is over the runs right before and after it
                         done.append(((p, k, T, B), res, (before, after))); before = after
+                    if pair: before = plain(first, True)   # the group's end: passes timed again, and the chain the noise is read from
                     for key, res, around in done:
                         res['prop_t'], res['pass_window'] = pw, (first['pass_t'], before['pass_t'])
                         raw.setdefault(key, []).append((res, statistics.mean(b['tokens'] / b['seconds'] for b in around), around))
@@ -273,7 +290,8 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     models = {b: wrap(load_or_train(preset, b, device=device)) for b in {parse_proposer(p)[0] for p in proposers} if b in DRAFTERS}
     prompts = validation_prompts(preset, n=n_prompts, length=32)
     configs = [(p, k) for p in proposers for k in ks] + ([('none', 'reference')] if fast else [])   # the target alone on the reference code
-    bar = tqdm(total=repeats * len(temperatures) * len(batches) * (2 * len(configs) + 1) + 1, desc='smallem_bench', disable=not progress)
+    n_groups = len({p for p, _ in configs})   # a batch of several chunks adds one run of the target alone per group (its rows' baselines run beside them)
+    bar = tqdm(total=repeats * len(temperatures) * sum(2 * len(configs) + 1 + (n_groups if b < n_prompts else 0) for b in batches) + 1, desc='smallem_bench', disable=not progress)
     for p in (list(proposers) or ['none']): run_config(target, models, prompts[:1], 8, p, 2, 0.0, 1, None)   # warm-up, not timed
     bar.update()
     kmax = max([k for k in ks if isinstance(k, int)] + [ADAPTIVE_KMAX])

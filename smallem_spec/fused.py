@@ -26,6 +26,7 @@ def cpu_info() -> dict:
     except OSError: pass
     vec = sorted(f for f in flags if f.startswith(('avx', 'amx', 'fma', 'sse4_2', 'f16c')))
     kind = 'amd-epyc' if 'EPYC' in model else 'intel-xeon' if 'Xeon' in model else re.sub(r'[^a-z0-9]+', '-', model.lower()).strip('-')[:24]
+    if flags and 'avx512f' not in flags: kind += '-avx2' if 'avx2' in flags else '-noavx2'   # a kind without AVX-512 runs another kernel (12a_fused_cpu)
     return {'model': model, 'kind': kind, 'vector_flags': vec, 'threads': torch.get_num_threads(), 'torch': torch.__version__}
 
 # %% ../nbs/12a_fused_cpu.ipynb #65f687fb
@@ -58,6 +59,8 @@ _SRC_GEMM = r'''
    fewer steps ahead and fewer lines are on their way; so from two rows on, each step asks for the lines PF steps ahead
    (12 KB of fp32 panel, on into the next panel; a prefetch past the matrix's end reads nothing and cannot fault). With
    one row the core runs far enough ahead by itself, and the extra instructions cost more than they bring. */
+#if defined(__AVX512F__)
+#define RB 8                                     /* rows a micro-kernel carries: 2 x 16 sums each, 32 vector registers */
 #define PANEL(NAME, WT, LOAD, RT) \
 static void NAME##_panel##RT(int K, const float *restrict X, long ldx, const WT *restrict P, float *restrict Y, long ldy, \
                              const float *restrict sc, int acc) { \
@@ -76,6 +79,36 @@ static void NAME##_panel##RT(int K, const float *restrict X, long ldx, const WT 
   } \
 }
 
+#else
+/* AVX2 (16 registers of 8 floats; LOAD##8 reads 8 weights into one). One or two rows take the whole panel row at once
+   (4 sums a row: enough independent chains to hide the multiply-add's latency); three to six rows take its two halves
+   of 16 columns in turn (2 sums a row; each k-step then reads one 64-byte line of the row, so nothing is read twice).
+   Either way a column's sum runs over k in the same order whatever RT is. */
+#define RB 6
+static inline v8 ld8(const float *p) { v8 v; memcpy(&v, p, 32); return v; }
+static inline void st8(float *p, v8 v) { memcpy(p, &v, 32); }
+#define PANEL(NAME, WT, LOAD, RT) \
+static void NAME##_panel##RT(int K, const float *restrict X, long ldx, const WT *restrict P, float *restrict Y, long ldy, \
+                             const float *restrict sc, int acc) { \
+  enum { NV = RT <= 2 ? 4 : 2 };                /* vectors of 8 columns a row carries */ \
+  for (int h = 0; h < NB; h += 8 * NV) { \
+    v8 a[RT][NV]; \
+    for (int r = 0; r < RT; r++) for (int v = 0; v < NV; v++) a[r][v] = (v8){0}; \
+    for (int k = 0; k < K; k++) { \
+      if (RT > 1) for (int v = 0; v < NV; v += 2) __builtin_prefetch(P + (k + PF) * NB + h + 8 * v); \
+      v8 w[NV]; \
+      for (int v = 0; v < NV; v++) { w[v] = LOAD##8(P + k * NB + h + 8 * v); __asm__("" : "+x"(w[v])); } \
+      for (int r = 0; r < RT; r++) { float xv = X[r * ldx + k]; for (int v = 0; v < NV; v++) a[r][v] += xv * w[v]; } \
+    } \
+    for (int r = 0; r < RT; r++) for (int v = 0; v < NV; v++) { \
+      v8 s = a[r][v] * sc[r]; \
+      if (acc) s += ld8(Y + r * ldy + h + 8 * v); \
+      st8(Y + r * ldy + h + 8 * v, s); \
+    } \
+  } \
+}
+#endif
+
 /* NAME(R, K, N, X, ldx, W, Y, ldy, sc, acc): Y[R, N] (= or +=) diag(sc) X[R, K] W, W packed as N/32 panels [K][32] of
    WT; called inside a parallel region, the panels shared among the threads; ends on the loop's barrier. */
 #define GEMM(NAME, WT, LOAD) \
@@ -86,9 +119,9 @@ static void NAME(int R, int K, int N, const float *X, long ldx, const float *Wf,
   _Pragma("omp for schedule(static)") \
   for (int c = 0; c < N / NB; c++) { \
     const WT *P = W + (long)c * K * NB; \
-    for (int r0 = 0; r0 < R; r0 += 8) { \
+    for (int r0 = 0; r0 < R; r0 += RB) { \
       const float *x = X + r0 * ldx, *s = sc + r0; float *y = Y + r0 * ldy + c * NB; \
-      switch (R - r0 < 8 ? R - r0 : 8) { \
+      switch (R - r0 < RB ? R - r0 : RB) { \
         case 1: NAME##_panel1(K, x, ldx, P, y, ldy, s, acc); break; case 2: NAME##_panel2(K, x, ldx, P, y, ldy, s, acc); break; \
         case 3: NAME##_panel3(K, x, ldx, P, y, ldy, s, acc); break; case 4: NAME##_panel4(K, x, ldx, P, y, ldy, s, acc); break; \
         case 5: NAME##_panel5(K, x, ldx, P, y, ldy, s, acc); break; case 6: NAME##_panel6(K, x, ldx, P, y, ldy, s, acc); break; \
@@ -118,6 +151,19 @@ static inline v16 ldh(const unsigned short *p) {
 #else                                             /* no conversion instruction: by hand (sign, exponent, mantissa) */
   v16 v;
   for (int i = 0; i < 16; i++) {
+    unsigned h = p[i], e = (h >> 10) & 31, m = h & 1023;
+    float f = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), (int)e - 25);
+    v[i] = (h & 0x8000) ? -f : f;
+  }
+  return v;
+#endif
+}
+static inline v8 ldh8(const unsigned short *p) {   /* 8 of them, for the AVX2 micro-kernel */
+#if defined(__F16C__)
+  __m128i h; memcpy(&h, p, 16); __m256 f = _mm256_cvtph_ps(h); v8 v; memcpy(&v, &f, 32); return v;
+#else
+  v8 v;
+  for (int i = 0; i < 8; i++) {
     unsigned h = p[i], e = (h >> 10) & 31, m = h & 1023;
     float f = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), (int)e - 25);
     v[i] = (h & 0x8000) ? -f : f;
@@ -258,6 +304,7 @@ _SRC_ATTN2 = r'''
    neighbours); a score past a row's own keys is -inf and its weight exactly 0. For each row with keys in the chunk, into
    part (rows ldpart apart): the chunk's largest score, the sum of exp(score - largest), the weighted sum of values. kp: KC
    key pointers; p: NR rows of KC scores. */
+#if defined(__AVX512F__)
 #define ATTEND(NR, HD) \
 static void attend##NR##_##HD(const float *q, long ldq, const long *n, long j0, const float *kvl, const long *tb, int S, int D, \
                               int off, int hd_, float scale, float *p, const float **kp, float *part, long ldpart) { \
@@ -301,6 +348,64 @@ static void attend##NR##_##HD(const float *q, long ldq, const long *n, long j0, 
   } \
   for (int r = 0; r < NR; r++) for (int i = 0; i < hd / 16; i++) st(part + r * ldpart + 16 + 16 * i, acc[r][i]); \
 }
+#else
+/* AVX2: the same contract with 8-lane vectors, one row at a time (a row's 8 key sums and its values' sums fit the 16
+   registers; the chunk's keys and values, 32 KB at most, stay in the first-level cache for the next row). Scores 8 keys
+   at a time (hsum8: lane t is key t's sum, whatever its neighbours), so a row's bits do not depend on NR either. */
+typedef int v8i __attribute__((vector_size(32)));
+static inline v8 hsum8(const v8 *s) {
+  v8 c[4], d[2];
+  for (int t = 0; t < 4; t++) c[t] = SH(s[2 * t], s[2 * t + 1], 0, 1, 2, 3, 8, 9, 10, 11) + SH(s[2 * t], s[2 * t + 1], 4, 5, 6, 7, 12, 13, 14, 15);
+  for (int t = 0; t < 2; t++) d[t] = SH(c[2 * t], c[2 * t + 1], 0, 1, 8, 9, 4, 5, 12, 13) + SH(c[2 * t], c[2 * t + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+  return SH(d[0], d[1], 0, 4, 2, 6, 8, 12, 10, 14) + SH(d[0], d[1], 1, 5, 3, 7, 9, 13, 11, 15);
+}
+static inline v8 vexp8(v8 x) {                   /* vexp's polynomial on 8 lanes */
+  v8i a = x < -87.0f, b = x > 88.0f; v8 l = (v8){0} - 87.0f, h = (v8){0} + 88.0f;
+  x = (v8)((a & (v8i)l) | (b & (v8i)h) | (~(a | b) & (v8i)x));
+  v8 n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+  v8 r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  v8 p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f; p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  v8i e = (__builtin_convertvector(n, v8i) + 127) << 23;
+  return p * (v8)e;
+}
+#define ATTEND(NR, HD) \
+static void attend##NR##_##HD(const float *q, long ldq, const long *n, long j0, const float *kvl, const long *tb, int S, int D, \
+                              int off, int hd_, float scale, float *p, const float **kp, float *part, long ldpart) { \
+  const int hd = HD ? HD : hd_; \
+  long nmax = 0; for (int r = 0; r < NR; r++) if (n[r] > nmax) nmax = n[r]; \
+  const long m = (nmax < j0 + KC ? nmax : j0 + KC) - j0, m8 = (m + 7) & ~7L; \
+  for (long j = 0, pg = j0 / S, in = j0 % S; j < m; j++) { kp[j] = kvl + (tb[pg] * S + in) * 2 * D + off; if (++in == S) { in = 0; pg++; } } \
+  for (long j = m; j < m8; j++) kp[j] = kp[0]; \
+  for (long j = 0; j < m; j++) { \
+    const char *kv = (const char *)kp[j]; \
+    for (int i = 0; i < hd * 4; i += 64) { __builtin_prefetch(kv + i); __builtin_prefetch(kv + (long)D * 4 + i); } \
+  } \
+  const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7}; const v8 ninf = (v8){0} - INFINITY; \
+  for (int r = 0; r < NR; r++) { \
+    const float *qr = q + r * ldq; float *pr = p + r * KC; v8 mx = ninf; \
+    for (long j = 0; j < m8; j += 8) { \
+      v8 a[8]; \
+      for (int t = 0; t < 8; t++) { const float *k = kp[j + t]; v8 s = {0}; for (int i = 0; i < hd; i += 8) s += ld8(qr + i) * ld8(k + i); a[t] = s; } \
+      v8 v = hsum8(a) * scale; v8i ok = (lane + (int)(j0 + j)) < (int)n[r]; \
+      v = (v8)((ok & (v8i)v) | (~ok & (v8i)ninf)); st8(pr + j, v); \
+      v8i gt = v > mx; mx = (v8)((gt & (v8i)v) | (~gt & (v8i)mx)); \
+    } \
+    float mr = mx[0]; for (int t = 1; t < 8; t++) if (mx[t] > mr) mr = mx[t]; \
+    v8 sum = {0}; \
+    for (long j = 0; j < m8; j += 8) { \
+      v8i ok = (lane + (int)(j0 + j)) < (int)n[r]; v8 e = (v8)((v8i)vexp8(ld8(pr + j) - mr) & ok); st8(pr + j, e); sum += e; \
+    } \
+    float ts = 0; for (int t = 0; t < 8; t++) ts += sum[t]; \
+    part[r * ldpart] = mr; part[r * ldpart + 1] = ts; \
+    v8 acc[16]; \
+    for (int i = 0; i < hd / 8; i++) acc[i] = (v8){0}; \
+    for (long j = 0; j < m; j++) { const float *v = kp[j] + D; const float w = pr[j]; for (int i = 0; i < hd / 8; i++) acc[i] += w * ld8(v + 8 * i); } \
+    for (int i = 0; i < hd / 8; i++) st8(part + r * ldpart + 16 + 8 * i, acc[i]); \
+  } \
+}
+#endif
 ATTEND(1, 64) ATTEND(2, 64) ATTEND(3, 64) ATTEND(4, 64) ATTEND(1, 0) ATTEND(2, 0) ATTEND(3, 0) ATTEND(4, 0)
 
 /* one head of one row: its chunks' partial results joined in chunk order (the weights rescaled to the largest score);
@@ -398,8 +503,8 @@ _SRC_SAMPLE = _SRC_SAMPLE1 + _SRC_SAMPLE2
 
 # %% ../nbs/12a_fused_cpu.ipynb #26ae5af8
 _SRC_PASS1 = r'''
-#if !defined(__AVX512F__)                         /* the pieces above compile anywhere (tests use them); the pass does not */
-#error "the fused kernel needs AVX-512 (its panels are 64-byte vectors)"
+#if !defined(__AVX512F__) && !(defined(__AVX2__) && defined(__FMA__))   /* the pieces above compile anywhere (tests use them); the pass does not */
+#error "the fused kernel needs AVX-512, or AVX2 with FMA"
 #endif
 typedef struct {
   int R, B, T, D, H, hd, F, V, Vh, nl, S, P, maxpos, nthreads; float eps;
@@ -669,20 +774,26 @@ int smallem_rounds(pass_args *t, pass_args *m, int draft, int K, int maxr, long 
 _SRC_PEAK = r'''
 /* The processor's own ceiling for fp32 products, the bound a pass's arithmetic cannot beat: each thread runs 12 independent
    chains of 16-lane multiply-adds on registers, nothing read from memory (enough chains to fill every FMA unit). GFLOP/s. */
+#if defined(__AVX512F__)
+typedef v16 vpeak;                                /* one register each: 12 chains and two constants fit in 32 */
+#else
+typedef v8 vpeak;                                 /* AVX2: 16 registers of 8 lanes */
+#endif
+#define VPL ((int)(sizeof(vpeak) / 4))
 double smallem_peak(int nthreads, long iters) {
   float sink = 0; double t0 = omp_get_wtime();
   #pragma omp parallel num_threads(nthreads) reduction(+:sink)
   {
-    v16 acc[12], m, c;
-    for (int i = 0; i < 16; i++) { m[i] = 0.9999999f; c[i] = 1e-7f * (omp_get_thread_num() + 1); }
+    vpeak acc[12], m, c;
+    for (int i = 0; i < VPL; i++) { m[i] = 0.9999999f; c[i] = 1e-7f * (omp_get_thread_num() + 1); }
     for (int j = 0; j < 12; j++) acc[j] = c * (float)(j + 1);
     for (long it = 0; it < iters; it++)
       for (int j = 0; j < 12; j++) acc[j] = acc[j] * m + c;
-    v16 s = acc[0]; for (int j = 1; j < 12; j++) s += acc[j];
-    sink += hsum(s);
+    vpeak s = acc[0]; for (int j = 1; j < 12; j++) s += acc[j];
+    for (int i = 0; i < VPL; i++) sink += s[i];
   }
   double dt = omp_get_wtime() - t0;
-  return sink == -1.0f ? 0 : 2.0 * 16 * 12 * (double)iters * nthreads / dt / 1e9;   /* the sink keeps the chains alive */
+  return sink == -1.0f ? 0 : 2.0 * VPL * 12 * (double)iters * nthreads / dt / 1e9;   /* the sink keeps the chains alive */
 }
 '''
 _SRC_PASS = _SRC_PASS1 + _SRC_PASS2 + _SRC_PASS3 + _SRC_PASS4 + _SRC_ROUND + _SRC_PEAK
@@ -723,6 +834,24 @@ def _build(src:str, out:Path, cc:str):
 _lib = None
 
 # %% ../nbs/12a_fused_cpu.ipynb #89496ba3
+def _bind(lib):
+    "Declare the C functions' arguments on a loaded kernel; returns it."
+    lib.smallem_pass.argtypes = [ctypes.POINTER(PassArgs)]
+    lib.smallem_chain.argtypes = [ctypes.POINTER(PassArgs), ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
+                                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.smallem_sample.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.smallem_decide.argtypes = ([ctypes.c_int] * 3 + [ctypes.c_void_p, ctypes.c_float] + [ctypes.c_void_p] * 4
+                                   + [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p])
+    lib.smallem_round.argtypes = [ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    lib.smallem_rounds.argtypes = ([ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+                                   + [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p])
+    lib.smallem_work_floats.restype = ctypes.c_long
+    lib.smallem_work_floats.argtypes = [ctypes.c_int] * 5
+    lib.smallem_gemm.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
+    lib.smallem_gemm_bf16.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
+    lib.smallem_peak.restype, lib.smallem_peak.argtypes = ctypes.c_double, [ctypes.c_int, ctypes.c_long]
+    return lib
+
 def load_kernel(required:bool=False):
     "The fused kernel compiled for this machine (once; cached under `$SMALLEM_HOME/kernels`), or None where it cannot be built."
     global _lib
@@ -738,21 +867,7 @@ def load_kernel(required:bool=False):
         out = d / f'fused-{key}.so'
         with FileLock(str(out) + '.lock'):
             if not out.exists(): _build(KERNEL_SRC, out, cc)
-        lib = ctypes.CDLL(str(out))
-        lib.smallem_pass.argtypes = [ctypes.POINTER(PassArgs)]
-        lib.smallem_chain.argtypes = [ctypes.POINTER(PassArgs), ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
-                                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        lib.smallem_sample.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        lib.smallem_decide.argtypes = ([ctypes.c_int] * 3 + [ctypes.c_void_p, ctypes.c_float] + [ctypes.c_void_p] * 4
-                                       + [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p])
-        lib.smallem_round.argtypes = [ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-        lib.smallem_rounds.argtypes = ([ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-                                       + [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p])
-        lib.smallem_work_floats.restype = ctypes.c_long
-        lib.smallem_work_floats.argtypes = [ctypes.c_int] * 5
-        lib.smallem_gemm.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
-        lib.smallem_gemm_bf16.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
-        lib.smallem_peak.restype, lib.smallem_peak.argtypes = ctypes.c_double, [ctypes.c_int, ctypes.c_long]
+        lib = _bind(ctypes.CDLL(str(out)))
         _lib = lib
     except (SmallemError, OSError) as e:
         _lib = False

@@ -15,7 +15,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 from .core import SmallemError, preset_name, preset_dirs, smallem_home, check_writable
-from .corpus import load_tokens, load_tokenizer, tokenizer_hash, token_ranking_file, TokenData
+from .corpus import EXTRA_TEXTS, load_tokens, load_tokenizer, tokenizer_hash, token_ranking_file, TokenData
 from .model import Smallem, model_config, MODEL_NAMES
 
 # %% auto #0
@@ -37,6 +37,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     mtp_weight: float = 0.3         # λ: weight of the MTP loss for the target
     dropout: float = 0.0            # residual dropout while training (a regulariser for long runs on a small corpus)
+    extra_text: str = ''            # 'folio': also train on the Folio editions of the training plays (`load_tokens`)
     eval_every: int = 100
     eval_windows: int = 32          # validation windows of seq_len tokens for periodic evaluation
     seed: int = 0
@@ -166,7 +167,7 @@ def train_model(preset:str|None=None, name:str='target', tc:TrainConfig|None=Non
                ) -> tuple[Smallem|None, dict]:
     "Train model `name` of a preset's family; returns the model and its training record (the model is None for a resumable run stopped early)."
     preset = preset_name(preset); tc = tc or TRAIN_PRESETS[preset]; device = device or default_device()
-    cfg = model_config(preset, name); data = data or load_tokens(preset)
+    cfg = model_config(preset, name); data = data or load_tokens(preset, tc.extra_text or None)
     if layers is not None: cfg = replace(cfg, n_layers=layers)
     torch.manual_seed(tc.seed); g = torch.Generator().manual_seed(tc.seed)
     model = Smallem(cfg).to(device).train().set_dropout(tc.dropout)
@@ -306,6 +307,7 @@ def train_cli(argv=None):
     p.add_argument('--minutes', type=float, default=None, help='stop after this many minutes')
     p.add_argument('--dropout', type=float, default=None, help="residual dropout while training (default: the preset's, 0)")
     p.add_argument('--layers', type=int, default=None, help="blocks of the model instead of the preset's (a candidate of another depth: its checkpoint loads once the preset has that depth)")
+    p.add_argument('--extra-text', default=None, choices=EXTRA_TEXTS, help="more training text: folio = the First Folio editions of the training plays (the validation plays stay unseen)")
     p.add_argument('--mtp-weight', type=float, default=None, help="weight of the target's MTP loss (default: the preset's, 0.3)")
     p.add_argument('--mtp-distill', type=int, default=None, metavar='STEPS', help="with --name target: train the MTP module of the target in the output folder alone, STEPS steps, toward the target's own law (run it before distilling the _kd drafters: it changes the target's file)")
     p.add_argument('--out', default=None, help='output folder (default: the cache directory)')
@@ -325,9 +327,9 @@ def train_cli(argv=None):
         if a.layers is not None and not 1 <= a.layers <= 64: raise SmallemError(f"--layers must be in 1..64 (got {a.layers})")
         if a.dropout is not None and not 0 <= a.dropout < 1: raise SmallemError(f"--dropout must be in [0, 1) (got {a.dropout})")
         if a.mtp_weight is not None and not 0 <= a.mtp_weight < math.inf: raise SmallemError(f"--mtp-weight must be a finite number >= 0 (got {a.mtp_weight})")
-        over = {k: v for k, v in dict(steps=a.steps, dropout=a.dropout, mtp_weight=a.mtp_weight).items() if v is not None}
+        over = {k: v for k, v in dict(steps=a.steps, dropout=a.dropout, mtp_weight=a.mtp_weight, extra_text=a.extra_text).items() if v is not None}
         tc = replace(TRAIN_PRESETS[preset], **over)
-        data = load_tokens(preset); th = tokenizer_hash(load_tokenizer(preset))
+        data = load_tokens(preset, tc.extra_text or None); th = tokenizer_hash(load_tokenizer(preset))
         out.mkdir(parents=True, exist_ok=True)
         if a.mtp_distill is not None:                      # the second stage, on the target already in the output folder
             if not (out/'target.json').exists(): raise SmallemError(f"no target in {out} to distil the MTP module of; train it first")
@@ -348,7 +350,7 @@ def train_cli(argv=None):
             if model is None:
                 print(f"{n}: stopped after step {rec['steps']} of {rec['of']}; the same command goes on from {st}", flush=True); continue
             cmd = (f"smallem_train --preset {preset} --name {n} --steps {tc.steps}" + (f" --minutes {a.minutes}" if a.minutes else "") + (f" --layers {a.layers}" if a.layers else "")
-                   + (f" --dropout {tc.dropout:g}" if a.dropout is not None else "") + (f" --mtp-weight {tc.mtp_weight:g}" if a.mtp_weight is not None else "")
+                   + (f" --dropout {tc.dropout:g}" if a.dropout is not None else "") + (f" --mtp-weight {tc.mtp_weight:g}" if a.mtp_weight is not None else "") + (f" --extra-text {tc.extra_text}" if tc.extra_text else "")
                    + (" --resume" if a.resume else "") + f" --out {a.out or out}")
             save_checkpoint(model, out, n, rec, th, getattr(torch, a.dtype), cmd)
             if st is not None and st.exists(): st.unlink()       # the run is finished: its checkpoint replaces its state

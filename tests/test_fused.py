@@ -134,17 +134,41 @@ def test_fp16_widening_is_exact(tmp_path, flags):
     assert np.array_equal(np.isnan(out), nan) and np.array_equal(out[~nan].view(np.uint32), want[~nan].view(np.uint32))
 
 @pytest.mark.skipif(platform.machine() not in ('x86_64', 'AMD64'), reason="an x86 target")
-def test_kernel_refuses_processors_without_avx512(tmp_path):
-    "Compiled for a processor with AVX2 only (`-march=haswell`), the kernel stops at compile time with a reason that names"
-    " AVX-512, the first error of the compiler, which `load_kernel` passes on in its one-line warning before the scripted path takes over. (Built without"
-    " that line, such a kernel failed on a register constraint; an AVX2 build without the constraint ran 1.6x slower than"
-    " the scripted path on the AMD EPYC of session 15.)"
-    flags = [f if f != '-march=native' else '-march=haswell' for f in F._FLAGS]
+def test_kernel_refuses_processors_without_avx2(tmp_path):
+    "Compiled for a processor with neither AVX-512 nor AVX2 (`-march=x86-64-v2`, SSE 4.2), the kernel stops at compile time"
+    " with a reason that names what it needs, the first error of the compiler, which `load_kernel` passes on in its one-line"
+    " warning before the scripted path takes over."
+    flags = [f if f != '-march=native' else '-march=x86-64-v2' for f in F._FLAGS]
     with pytest.MonkeyPatch.context() as m:
         m.setattr(F, '_FLAGS', flags)
-        with pytest.raises(F.SmallemError, match=r'compiling the fused kernel failed: #error "the fused kernel needs AVX-512'):
+        with pytest.raises(F.SmallemError, match=r'compiling the fused kernel failed: #error "the fused kernel needs AVX-512, or AVX2 with FMA'):
             F._build(F.KERNEL_SRC, tmp_path / 'k.so', 'gcc')
     assert not (tmp_path / 'k.so').exists()
+
+_AVX2 = {'avx2', 'fma', 'f16c'} <= set(cpu_info()['vector_flags'])
+
+@pytest.mark.skipif(platform.machine() not in ('x86_64', 'AMD64') or not _AVX2, reason="no AVX2, FMA and F16C here")
+def test_avx2_kernel_computes_the_same_model(tmp_path, cpu_models, prompts, monkeypatch):
+    "The kernel built for AVX2 (`-march=haswell`: its micro-kernel takes a panel's two halves of 16 columns in turn, 6 rows"
+    " a block), also on a processor with AVX-512: a token's logits are the same bits alone, among the 4 rows of a verify"
+    " pass and in a batch of 8; they are the reference model's to float rounding; greedy texts equal the reference's, plain"
+    " and with the MTP module's rounds; fp16 panels (a proposer's) keep their rows independent too."
+    flags = [f if f != '-march=native' else '-march=haswell' for f in F._FLAGS]
+    monkeypatch.setattr(F, '_FLAGS', flags)
+    F._build(F.KERNEL_SRC, tmp_path / 'k.so', 'gcc')
+    monkeypatch.setattr(F, '_lib', F._bind(ctypes.CDLL(str(tmp_path / 'k.so'))))
+    ref = cpu_models['target']; t = FastSmallem(ref)
+    assert t.kernel == 'fused' and _same_tokens_three_ways(t, t.cfg.vocab_size)
+    h = FastSmallem(cpu_models['draft2'], proposer_bf16=False).as_proposer(); assert h.fused.half
+    assert _same_tokens_three_ways(h, cpu_models['draft2'].cfg.vocab_size)
+    x = torch.randint(1, ref.cfg.vocab_size, (2, 24), generator=torch.Generator().manual_seed(7))
+    with torch.inference_mode():
+        c1, c2 = ref.new_cache(capacity=[24] * 2), t.new_cache(capacity=[24] * 2)
+        a = ref(x, c1, [c1.new_seq() for _ in range(2)]); b = t(x, c2, [c2.new_seq() for _ in range(2)])
+    assert (a - b).abs().max().item() < 1e-3 * a.abs().max().item()
+    plain = generate(ref, prompts[:2], 40)
+    assert generate(t, prompts[:2], 40) == plain
+    assert speculative_generate(t, MTPProposer(t), prompts[:2], 40, 3)[0] == plain
 
 _BF16 = F.has_bf16()   # AVX-512 BF16, compiled in
 
