@@ -335,7 +335,7 @@ def verdict(result:dict) -> str:
     spread = {r['temperature']: r.get('baseline_spread') or 0.0 for r in result['rows'] if r['proposer'] == 'none' and r['batch'] == B}
     noise = max(list(spread.values()) + [0.0])
     near = {T: statistics.median(ps) for T in spread if (ps := [r['pair_spread'] for r in rows if r['batch'] == B and r['temperature'] == T and r.get('pair_spread') is not None])}
-    spread = {**spread, **near}   # each row over the two runs just around it (where recorded): how far those two were apart is the noise its ratio carries
+    spread = {**spread, **near}   # each row over its own baseline (where recorded): how far that baseline's two halves were apart is the noise its ratio carries
     out = []
     for T in sorted({r['temperature'] for r in rows}):
         rs = [r for r in rows if r['batch'] == B and r['temperature'] == T]
@@ -357,7 +357,7 @@ def verdict(result:dict) -> str:
             f"{p} (its guess costs c = {cst['c'][p]:.2f} of a target pass)" for p in losers if p in cst['c']))
     if near:
         out.append(f"the target alone's speed moved by up to {noise:.0%} between its runs at the two ends of a group of rows; each row's "
-                   f"speed-up is over the two runs just around it, which differed by a median of {' and '.join(f'{v:.0%} (' + ('greedy' if T == 0 else f'T={T:g}') + ')' for T, v in sorted(near.items()))}, so differences "
+                   f"speed-up is over its own runs of the target alone (at batch 1 beside it prompt by prompt), whose two halves differed by a median of {' and '.join(f'{v:.0%} (' + ('greedy' if T == 0 else f'T={T:g}') + ')' for T, v in sorted(near.items()))}, so differences "
                    f"smaller than that are this run's noise (more --repeats narrow it)")
     elif noise > 0.03:
         out.append(f"the target alone's speed moved by up to {noise:.0%} between its runs around a group of rows, so differences "

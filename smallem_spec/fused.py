@@ -85,6 +85,9 @@ static void NAME##_panel##RT(int K, const float *restrict X, long ldx, const WT 
    of 16 columns in turn (2 sums a row; each k-step then reads one 64-byte line of the row, so nothing is read twice).
    Either way a column's sum runs over k in the same order whatever RT is. */
 #define RB 6
+#undef PF
+#define PF 64                                    /* here every row count asks for the lines ahead, and nearer: on an AMD EPYC (Zen 3) a
+                                                    one-token pass took 9% less with it, a four-token one about the same (paired runs) */
 static inline v8 ld8(const float *p) { v8 v; memcpy(&v, p, 32); return v; }
 static inline void st8(float *p, v8 v) { memcpy(p, &v, 32); }
 #define PANEL(NAME, WT, LOAD, RT) \
@@ -95,7 +98,7 @@ static void NAME##_panel##RT(int K, const float *restrict X, long ldx, const WT 
     v8 a[RT][NV]; \
     for (int r = 0; r < RT; r++) for (int v = 0; v < NV; v++) a[r][v] = (v8){0}; \
     for (int k = 0; k < K; k++) { \
-      if (RT > 1) for (int v = 0; v < NV; v += 2) __builtin_prefetch(P + (k + PF) * NB + h + 8 * v); \
+      for (int v = 0; v < NV; v += 2) __builtin_prefetch(P + (k + PF) * NB + h + 8 * v); \
       v8 w[NV]; \
       for (int v = 0; v < NV; v++) { w[v] = LOAD##8(P + k * NB + h + 8 * v); __asm__("" : "+x"(w[v])); } \
       for (int r = 0; r < RT; r++) { float xv = X[r * ldx + k]; for (int v = 0; v < NV; v++) a[r][v] += xv * w[v]; } \
