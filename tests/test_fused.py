@@ -149,8 +149,8 @@ _AVX2 = {'avx2', 'fma', 'f16c'} <= set(cpu_info()['vector_flags'])
 
 @pytest.mark.skipif(platform.machine() not in ('x86_64', 'AMD64') or not _AVX2, reason="no AVX2, FMA and F16C here")
 def test_avx2_kernel_computes_the_same_model(tmp_path, cpu_models, prompts, monkeypatch):
-    "The kernel built for AVX2 (`-march=haswell`: its micro-kernel takes a panel's two halves of 16 columns in turn, 6 rows"
-    " a block), also on a processor with AVX-512: a token's logits are the same bits alone, among the 4 rows of a verify"
+    "The kernel built for AVX2 (`-march=haswell`: 8-lane vectors, a panel row whole for one or two rows and in two halves"
+    " of 16 columns for three to six, 6 rows a block), also on a processor with AVX-512: a token's logits are the same bits alone, among the 4 rows of a verify"
     " pass and in a batch of 8; they are the reference model's to float rounding; greedy texts equal the reference's, plain"
     " and with the MTP module's rounds; fp16 panels (a proposer's) keep their rows independent too."
     flags = [f if f != '-march=native' else '-march=haswell' for f in F._FLAGS]
