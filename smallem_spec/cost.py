@@ -95,6 +95,8 @@ class AdaptiveK:
         self.hope, self.hopeless = hope, None                     # decided at the first choice, from the costs known beforehand
         self.unit, self.n0, self.z, self.z_rounds, self.explore = unit, n0, z, z_rounds, explore
         self.hope_loss, self.step, self.verify_price = hope_loss, step, verify_price
+        self._tw = None                                 # the clock when the last report came: each report owns the wall time since the one before (choices, bookkeeping, reports)
+        self.over, self._ov, self._call = 0.0, [], [0.0, 0.0, 0, 1.0]   # a round's share of the wall time its call's seconds miss, in plain steps (the last nine); the call so far: wall, seconds, rounds, unit
 
     def alphas(self, z:float=0.0):
         "Per-position estimates, each shrunk toward the one before it (the first toward 1/2); `z` > 0: each raised by z of its standard errors (what the guesses seen so far cannot yet rule out)."
@@ -120,27 +122,32 @@ class AdaptiveK:
         return {k: expected_tokens_pos(a[:k]) / self.cost(k) for k in range(1, self.kmax + 1)}
 
     def start(self):
-        "A new generation begins: its first round pays the proposer's reading of the prompt, so it is not timed."
-        self._prev = 0
+        "A new generation begins: its first round pays the proposer's reading of the prompt, so it is not timed; the ledger's wall clock starts."
+        self._prev, self._tw = 0, time.perf_counter()
 
 # %% ../nbs/09_cost_model.ipynb #c606d4de
 @patch
 def choose(self:AdaptiveK) -> int:
     "The k of the next round; 0 asks the loop for `self.steps` plain steps (k > 0: `self.steps` rounds at most, to a loop that runs rounds in one call)."
+    w, s, n, u = self._call
+    if n and self._tw is not None:   # the last call of rounds: what its reports' seconds missed (this choice, the loop's bookkeeping, the reports), a round's share
+        self._ov = (self._ov + [(w + time.perf_counter() - self._tw - s) / n / u])[-9:]; self.over = max(0.0, sorted(self._ov)[len(self._ov) // 2])
+    self._call = [0.0, 0.0, 0, 1.0]
     self.rounds += 1; self.steps, self._timing = 1, False
     g = self.gains(); k = max(g, key=g.get)
     paid = [j for j in g if j in self.costs and g[j] >= 1.0 + self.margin]   # the k whose timed rounds say they pay
     if k not in self.costs and paid and g[k] < (1.0 + self.explore) * max(g[j] for j in paid): k = max(paid, key=g.get)   # the prior alone must promise clearly more
     if self.hopeless is None and (self.unit is None or self.t_plain is not None or self.step):   # with the prices known beforehand (in plain steps): could any k pay if nearly every guess were kept?
         self.hopeless = max(expected_tokens_pos([self.hope] * j) / self.cost(j) for j in range(1, self.kmax + 1)) < 1.0 + self.margin
+    over = self.budget > 0 and self.ledger > self.budget * self.done + self.hope_loss * self.probe_rounds * self.cost(k)   # the rounds lost, by the wall clock, more than the budget allows and `hope_loss` probes' worth besides
     if not self.timed:                              # no clock (simulations): probe once every probe_every rounds
         if g[k] < 1.0 and self.rounds % self.probe_every: k = 0
     elif self._left > 0: k, self.steps, self._left = 0, self._left, 0          # a stretch the end of a text cut short
     elif self.hopeless: k, self.steps = 0, 64 * self.probe_every               # plain steps only: no probe could find a k that pays
     elif self.t_plain is None or self.rounds - self._timed_at >= self.plain_every: k, self.steps, self._timing, self._timed_at = 0, self.warm + self.timed_steps, True, self.rounds   # time plain steps
-    elif self._burst > 0: self.steps = self._burst; self._burst -= 1; k = max(k, self.k0)   # a probe: speculate, at least k0 guesses (one guess tells little of the next)
-    elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3 and (max(self.gains(self.z if self.timed_rounds[k] < self.z_rounds else 0.0).values()) < 1.0 + self.margin   # no k pays, by what the best one was seen to cost, even hoping for z standard errors more acceptance while it is thinly timed,
-            or (self.budget > 0 and self.ledger > self.budget * self.done + self.hope_loss * self.probe_rounds * self.cost(k))):   # or the hope has lost more than the budget allows and `hope_loss` probes' worth besides
+    elif self._burst > 0 and not over: self.steps = self._burst; self._burst -= 1; k = max(k, self.k0)   # a probe: speculate, at least k0 guesses (one guess tells little of the next)
+    elif over or (g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3 and max(self.gains(self.z if self.timed_rounds[k] < self.z_rounds else 0.0).values()) < 1.0 + self.margin):
+        # over budget, whatever the estimates say (a probe too); or no k pays, by what the best one was seen to cost, even hoping for z standard errors more acceptance while it is thinly timed
         loss = self.probe_rounds * self.cost(k) * (1 - g[k]) + self.catchup + self.switch   # plain steps the next probe is expected to lose (at k)
         owed = math.ceil(self.ledger / self.budget - self.done) if self.budget > 0 else 0   # plain steps until the rounds' losses are within budget
         k, self.steps, self._burst = 0, max(self.stretch, math.ceil(loss / self.probe_share), owed), self.probe_rounds
@@ -154,7 +161,10 @@ def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=
            verify:float|None=None):
     "Time the round (or the plain steps: `first` = (w, seconds the first w of them took); `seconds`: the round's own, from a call that ran several; `more`: a round of that call after its first, which no choice preceded; `verify`: the seconds of the round's verify pass, read in the same call, which with `verify_price` and `step` prices the round in plain steps of that moment); count, for each row, the positions it reached and which of them were accepted."
     if more: self.rounds += 1; self._burst = max(0, self._burst - 1)   # as if chosen: the round counter, and a probe's rounds left
-    dt = (seconds if seconds is not None else time.perf_counter() - self._t0) if (self.timed and self._t0 is not None) else None
+    now = time.perf_counter()
+    dt = (seconds if seconds is not None else now - self._t0) if (self.timed and self._t0 is not None) else None
+    wall = (now - self._tw if self._tw is not None else dt) if dt is not None else None   # all the time since the last report: the ledger's
+    if self.timed: self._tw = now
     prev, self._prev = self._prev, k
     if k == 0:       # plain steps time the unit every cost is priced in, and teach nothing about acceptance
         w, tw = first or (0, 0.0)
@@ -164,21 +174,24 @@ def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=
             self._tp = (self._tp + [(dt - tw) / (steps - w)])[-9:]; self.t_plain = sorted(self._tp)[len(self._tp) // 2]
             if w and prev != 0:   # what those first steps paid beyond the unit: part of what a probe costs
                 self._sw = (self._sw + [tw / self.t_plain - w])[-9:]; self.switch = max(0.0, sorted(self._sw)[len(self._sw) // 2])
+        if dt is not None and self.t_plain:   # the ledger: the wall time around the stretch, and the cold steps after rounds beyond the unit (costs of having speculated)
+            self.ledger += max(0.0, wall - dt) / self.t_plain + (tw / self.t_plain - w if (w and prev != 0) else 0.0)
         self._left = 0 if (self._timing or self.k != 0) else max(0, self.steps - steps)   # the rest of a stretch goes on in the next text (not the steps of rounds that had no guess left to make)
         self.done += steps
         return
     unit = verify * self.step / self.verify_price(k) if (verify and self.step and self.verify_price) else self.t_plain   # a plain step now, in seconds: from the round's own verify pass where known (the host's speed of this very call), else the last plain steps timed
+    if dt is not None and unit: c = self._call; c[0] += wall; c[1] += dt; c[2] += 1; c[3] = unit   # the call so far (for `over`, at the next choice)
     if dt is not None and unit and prev == 0 and k in self.costs:   # after plain steps the proposer catches up: what that costs
         self._cu = (self._cu + [dt / unit - self.cost(k)])[-9:]; self.catchup = max(0.0, sorted(self._cu)[len(self._cu) // 2])
     if dt is not None and unit and prev != 0:   # (after plain steps a drafter catches up: not a round's usual cost)
-        cost = dt / unit
+        cost = dt / unit + self.over   # its seconds, and its share of the time the reports' seconds miss
         self._ts[k] = (self._ts.get(k, []) + [cost])[-9:]   # a median of the last nine: one round the machine stalled in does not price k out
         self.costs[k] = sorted(self._ts[k])[len(self._ts[k]) // 2]
         self.timed_rounds[k] = self.timed_rounds.get(k, 0) + 1
         self._hs = (self._hs + [cost - round_cost(k, self.c, self.v) * self.scale()])[-9:]
         self.host = sorted(self._hs)[len(self._hs) // 2]    # the median excess over k c + v(k): the prior's offset
     made = sum(n + 1 for n in n_accepted) / len(n_accepted) if n_accepted else 1.0   # tokens a row: what plain steps would have taken
-    if dt is not None and unit: self.ledger += dt / unit - made       # every timed round, the catch-ups and gains included
+    if dt is not None and unit: self.ledger += wall / unit - made     # every timed round by the wall clock, the catch-ups, the choices and gains included
     self.done += made
     self.acc = [a * self.decay for a in self.acc]; self.seen = [s * self.decay for s in self.seen]
     for n, kb in zip(n_accepted, ks):
