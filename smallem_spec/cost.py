@@ -130,8 +130,8 @@ class AdaptiveK:
 def choose(self:AdaptiveK) -> int:
     "The k of the next round; 0 asks the loop for `self.steps` plain steps (k > 0: `self.steps` rounds at most, to a loop that runs rounds in one call)."
     w, s, n, u = self._call
-    if n and self._tw is not None:   # the last call of rounds: what its reports' seconds missed (this choice, the loop's bookkeeping, the reports), a round's share
-        self._ov = (self._ov + [(w + time.perf_counter() - self._tw - s) / n / u])[-9:]; self.over = max(0.0, sorted(self._ov)[len(self._ov) // 2])
+    if n:   # the last call of rounds: what its reports' seconds missed (its choice, the loop's bookkeeping, the reports before it), a round's share
+        self._ov = (self._ov + [(w - s) / n / u])[-9:]; self.over = max(0.0, sorted(self._ov)[len(self._ov) // 2])
     self._call = [0.0, 0.0, 0, 1.0]
     self.rounds += 1; self.steps, self._timing = 1, False
     g = self.gains(); k = max(g, key=g.get)

@@ -287,6 +287,16 @@ def test_adaptive_counts_the_time_its_rounds_are_not_reported_with(monkeypatch):
         walled, control = run(AdaptiveK, calls, 0.15), run(SecondsOnly, calls, 0.15)
         assert walled <= 1.02 and control > 1.025, (calls, walled, control)
         assert abs(run(AdaptiveK, calls, 0.0) - run(SecondsOnly, calls, 0.0)) < 0.002   # (the wall clock's differences round apart from the seconds)
+    # by hand: a call of two rounds reported with 1.5 s each, 4 s on the wall clock since the last report, plain steps of 1 s:
+    # the ledger takes the 4 s against the 4 tokens (no loss, no gain), the rounds' prices their 1.5 s, and the next choice
+    # learns that each round of that call cost 0.5 s more than it was reported with, which prices the rounds after it
+    import smallem_spec.cost as cost_mod
+    now = [0.0]; monkeypatch.setattr(cost_mod.time, 'perf_counter', lambda: now[0])
+    pol = AdaptiveK(6, 0.5, lambda j: 1.0); pol.start(); pol.t_plain, pol._prev, pol._t0 = 1.0, 2, 0.0
+    now[0] = 4.0; pol.update(2, [1], [2], seconds=1.5); pol.update(2, [1], [2], seconds=1.5, more=True)
+    assert pol.ledger == 0.0 and pol.costs[2] == 1.5 and pol.over == 0.0
+    pol.choose(); now[0] += 1.5; pol.update(2, [1], [2], seconds=1.5)
+    assert pol.over == 0.5 and pol._ts[2][-1] == 2.0
 
 def test_adaptive_never_tries_a_hopeless_proposer(monkeypatch):
     "Priced beforehand at c = 0.7 a guess and v(k) = 1.5 (about draft4's at T = 1 on an AMD EPYC), no k pays even if 9"
