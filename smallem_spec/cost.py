@@ -139,15 +139,14 @@ def choose(self:AdaptiveK) -> int:
     if k not in self.costs and paid and g[k] < (1.0 + self.explore) * max(g[j] for j in paid): k = max(paid, key=g.get)   # the prior alone must promise clearly more
     if self.hopeless is None and (self.unit is None or self.t_plain is not None or self.step):   # with the prices known beforehand (in plain steps): could any k pay if nearly every guess were kept?
         self.hopeless = max(expected_tokens_pos([self.hope] * j) / self.cost(j) for j in range(1, self.kmax + 1)) < 1.0 + self.margin
-    over = self.budget > 0 and self.ledger > self.budget * self.done + self.hope_loss * self.probe_rounds * self.cost(k)   # the rounds lost, by the wall clock, more than the budget allows and `hope_loss` probes' worth besides
     if not self.timed:                              # no clock (simulations): probe once every probe_every rounds
         if g[k] < 1.0 and self.rounds % self.probe_every: k = 0
     elif self._left > 0: k, self.steps, self._left = 0, self._left, 0          # a stretch the end of a text cut short
     elif self.hopeless: k, self.steps = 0, 64 * self.probe_every               # plain steps only: no probe could find a k that pays
     elif self.t_plain is None or self.rounds - self._timed_at >= self.plain_every: k, self.steps, self._timing, self._timed_at = 0, self.warm + self.timed_steps, True, self.rounds   # time plain steps
-    elif self._burst > 0 and not over: self.steps = self._burst; self._burst -= 1; k = max(k, self.k0)   # a probe: speculate, at least k0 guesses (one guess tells little of the next)
-    elif over or (g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3 and max(self.gains(self.z if self.timed_rounds[k] < self.z_rounds else 0.0).values()) < 1.0 + self.margin):
-        # over budget, whatever the estimates say (a probe too); or no k pays, by what the best one was seen to cost, even hoping for z standard errors more acceptance while it is thinly timed
+    elif self._burst > 0: self.steps = self._burst; self._burst -= 1; k = max(k, self.k0)   # a probe: speculate, at least k0 guesses (one guess tells little of the next)
+    elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3 and (max(self.gains(self.z if self.timed_rounds[k] < self.z_rounds else 0.0).values()) < 1.0 + self.margin   # no k pays, by what the best one was seen to cost, even hoping for z standard errors more acceptance while it is thinly timed,
+            or (self.budget > 0 and self.ledger > self.budget * self.done + self.hope_loss * self.probe_rounds * self.cost(k))):   # or the hope has lost, by the wall clock, more than the budget allows and `hope_loss` probes' worth besides
         loss = self.probe_rounds * self.cost(k) * (1 - g[k]) + self.catchup + self.switch   # plain steps the next probe is expected to lose (at k)
         owed = math.ceil(self.ledger / self.budget - self.done) if self.budget > 0 else 0   # plain steps until the rounds' losses are within budget
         k, self.steps, self._burst = 0, max(self.stretch, math.ceil(loss / self.probe_share), owed), self.probe_rounds
@@ -174,15 +173,15 @@ def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=
             self._tp = (self._tp + [(dt - tw) / (steps - w)])[-9:]; self.t_plain = sorted(self._tp)[len(self._tp) // 2]
             if w and prev != 0:   # what those first steps paid beyond the unit: part of what a probe costs
                 self._sw = (self._sw + [tw / self.t_plain - w])[-9:]; self.switch = max(0.0, sorted(self._sw)[len(self._sw) // 2])
-        if dt is not None and self.t_plain:   # the ledger: the wall time around the stretch, and the cold steps after rounds beyond the unit (costs of having speculated)
-            self.ledger += max(0.0, wall - dt) / self.t_plain + (tw / self.t_plain - w if (w and prev != 0) else 0.0)
+        if dt is not None and self.t_plain and prev != 0:   # the ledger, after rounds: the wall time around the stretch, and its cold steps beyond the unit (costs of having speculated)
+            self.ledger += max(0.0, wall - dt) / self.t_plain + (tw / self.t_plain - w if w else 0.0)
         self._left = 0 if (self._timing or self.k != 0) else max(0, self.steps - steps)   # the rest of a stretch goes on in the next text (not the steps of rounds that had no guess left to make)
         self.done += steps
         return
     unit = verify * self.step / self.verify_price(k) if (verify and self.step and self.verify_price) else self.t_plain   # a plain step now, in seconds: from the round's own verify pass where known (the host's speed of this very call), else the last plain steps timed
     if dt is not None and unit: c = self._call; c[0] += wall; c[1] += dt; c[2] += 1; c[3] = unit   # the call so far (for `over`, at the next choice)
     if dt is not None and unit and prev == 0 and k in self.costs:   # after plain steps the proposer catches up: what that costs
-        self._cu = (self._cu + [dt / unit - self.cost(k)])[-9:]; self.catchup = max(0.0, sorted(self._cu)[len(self._cu) // 2])
+        self._cu = (self._cu + [dt / unit + self.over - self.cost(k)])[-9:]; self.catchup = max(0.0, sorted(self._cu)[len(self._cu) // 2])
     if dt is not None and unit and prev != 0:   # (after plain steps a drafter catches up: not a round's usual cost)
         cost = dt / unit + self.over   # its seconds, and its share of the time the reports' seconds miss
         self._ts[k] = (self._ts.get(k, []) + [cost])[-9:]   # a median of the last nine: one round the machine stalled in does not price k out
