@@ -267,14 +267,14 @@ def test_adaptive_loss_budget(monkeypatch):
 
 def test_adaptive_counts_the_time_its_rounds_are_not_reported_with(monkeypatch):
     "A proposer whose rounds pay a little by their own seconds (1.2 + 0.38 k plain steps, α = 0.65: k = 2 x1.06) but cost"
-    "0.15 plain steps more each on the wall clock (the interpreter between calls, the policy's choices and reports: what a"
-    "trace of draft2 with its draft vocabulary at T = 1 on the AMD EPYC without AVX-512 showed outside the rounds' seconds),"
+    "0.15 plain steps more each on the wall clock (the interpreter between calls, the policy's choices and reports: about"
+    "what a trace of draft2 with its draft vocabulary at T = 1 on the AMD EPYC without AVX-512 showed outside the rounds'"
+    "seconds, some 35 ms a row of 8 texts and 700-900 rounds),"
     "a catch-up of 2 steps, 8 texts of 200 tokens, mean of 8 seeds, rounds in calls as the fused loop runs them (one by"
     "one, as in the loop of 05_greedy, a round's seconds come from the loop's clock and hold that time). The policy prices each"
     "round with its share of what its call's seconds missed and keeps its ledger by the wall clock, so it stays within 2% of"
     "plain decoding; the control that knows only the reported seconds (the ledger and prices of before) speculates and"
-    "loses over 2.5%. Where"
-    "the seconds are the whole cost, the two are the same but for rounding (a difference of clock readings is not the sum"
+    "loses over 2.5%. Where the seconds are the whole cost, the two are the same but for rounding (a difference of clock readings is not the sum"
     "of the seconds to the last bit, and a threshold may fall the other way once in a run)."
     import statistics
     class SecondsOnly(AdaptiveK):
