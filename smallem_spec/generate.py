@@ -123,7 +123,21 @@ def pages_needed(capacity:list[int], page_size:int=16) -> int:
 
 # %% ../nbs/04_generate.ipynb #126ba017
 def prefill(model:Smallem, cache, sids:list, prompts:list[list[int]], **kw):  # -> logits at each prompt's last token [B, V] (and hidden [B, L, D])
-    "Read the prompts into the cache in one right-padded pass."
+    "Read the prompts into the cache in one right-padded pass; rows that repeat a prompt (many samples of one text) get a copy of its keys and values instead of a pass of their own."
+    first = {}; idx = [first.setdefault(tuple(p), len(first)) for p in prompts]   # each row's prompt, numbered by first appearance
+    if len(first) < len(prompts) and not any(cache.length(s) for s in sids):
+        lead = {}; rest = [[] for _ in first]
+        for r, u in enumerate(idx):
+            if u in lead: rest[u].append(sids[r])
+            else: lead[u] = r
+        out = _read_prompts(model, cache, [sids[lead[u]] for u in range(len(first))], [prompts[lead[u]] for u in range(len(first))], **kw)
+        for u, more in enumerate(rest):
+            if more: cache.put_prefix(more, *cache.prefix(sids[lead[u]], len(prompts[lead[u]])))
+        ix = torch.tensor(idx, device=model.device)
+        return tuple(o[ix] for o in out) if isinstance(out, tuple) else out[ix]
+    return _read_prompts(model, cache, sids, prompts, **kw)
+
+def _read_prompts(model, cache, sids, prompts, **kw):
     L = max(len(p) for p in prompts)
     x = torch.tensor([p + [0] * (L - len(p)) for p in prompts], device=model.device)
     out = model(x, cache, sids, n_new=[len(p) for p in prompts], **kw)

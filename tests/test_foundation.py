@@ -59,3 +59,25 @@ def test_validation_prompts_deterministic():
     assert a == validation_prompts('cpu', 8, 32) and len(a) == 8 and all(len(p) == 32 for p in a)
     tok = load_tokenizer('cpu')
     assert tok.encode(tok.decode(a[0])).ids is not None
+
+@pytest.mark.parametrize('path', ['reference', 'fast'])
+def test_a_repeated_prompt_is_read_once(cpu_models, prompts, path):
+    """`prefill` reads a prompt the batch repeats once and copies its keys and values to the other rows: the logits, the
+    hidden states (what the MTP module starts from) and every row's cache are those of a pass of the row's own, and
+    the greedy texts of the batch are those of each row decoded alone."""
+    from smallem_spec.generate import prefill
+    from smallem_spec.fast import FastSmallem
+    t = cpu_models['target'] if path == 'reference' else FastSmallem(cpu_models['target'])
+    rep = [prompts[0], prompts[1][:20], prompts[0], prompts[0], prompts[1][:20]]
+    ca, cb = t.new_cache(capacity=[40] * 5), t.new_cache(capacity=[40] * 5)
+    sa, sb = [ca.new_seq() for _ in rep], [cb.new_seq() for _ in rep]
+    with torch.no_grad():
+        la, ha = prefill(t, ca, sa, rep, return_hidden=True)
+        own = [prefill(t, cb, [s], [p], return_hidden=True) for s, p in zip(sb, rep)]
+    assert (la - torch.cat([o[0] for o in own])).abs().max() < 1e-4
+    for i, (p, (_, h)) in enumerate(zip(rep, own)):
+        assert (ha[i, :len(p)] - h[0, :len(p)]).abs().max() < 1e-4, f"row {i}: hidden states"
+        assert all((u - w).abs().max() < 1e-4 for u, w in zip(ca.prefix(sa[i], len(p)), cb.prefix(sb[i], len(p)))), f"row {i}: cache"
+        assert ca.length(sa[i]) == len(p)
+    out = generate(t, rep, 20)   # greedy texts of the batch with repeats, against each row decoded alone
+    assert out == [generate(t, [p], 20)[0] for p in rep]
