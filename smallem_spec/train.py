@@ -38,6 +38,7 @@ class TrainConfig:
     mtp_weight: float = 0.3         # λ: weight of the MTP loss for the target
     dropout: float = 0.0            # residual dropout while training (a regulariser for long runs on a small corpus)
     extra_text: str = ''            # 'folio': also train on the Folio editions of the training plays (`load_tokens`)
+    ema: float = 0.0                # decay of a moving average of the weights, evaluated beside them and kept as the model (0: off)
     eval_every: int = 100
     eval_windows: int = 32          # validation windows of seq_len tokens for periodic evaluation
     seed: int = 0
@@ -119,20 +120,22 @@ def evaluate(model:Smallem, data:TokenData, seq_len:int=256, windows:int|None=No
 # %% ../nbs/03_train.ipynb #9d063bcd
 def default_device(): return 'cuda' if torch.cuda.is_available() else 'cpu'
 
-def _save_state(path:Path, run:dict, model, opt, g, step:int, hist:list, seconds:float):
-    "Everything a run needs to go on: weights, optimiser, the next step, the data generator's and torch's RNG states, the curve so far."
+def _save_state(path:Path, run:dict, model, opt, g, step:int, hist:list, seconds:float, avg:dict|None=None):
+    "Everything a run needs to go on: weights, optimiser, the next step, the data generator's and torch's RNG states, the curve so far (and the weights' moving average)."
     tmp = path.with_name(path.name + '.tmp')
     torch.save(dict(run, model=model.state_dict(), opt=opt.state_dict(), step=step, g=g.get_state(), rng=torch.get_rng_state(),
-                    hist=hist, seconds=seconds), tmp)
+                    hist=hist, seconds=seconds, **({'ema': avg} if avg is not None else {})), tmp)
     tmp.replace(path)                                   # a run killed while saving keeps its previous state
 
-def _load_state(path:Path, run:dict, model, opt, g) -> tuple[int, list, float]:
+def _load_state(path:Path, run:dict, model, opt, g, avg:dict|None=None) -> tuple[int, list, float]:
     "Restore a run saved by `_save_state`; refuses a state saved by another run."
     try: st = torch.load(path, map_location='cpu', weights_only=False)   # a state saved on a GPU resumes on a CPU too
     except Exception as e: raise SmallemError(f"cannot read the saved run {path}: {e}; remove it to start over") from None
     if {k: st.get(k) for k in run} != run:
         raise SmallemError(f"{path} was saved by another run ({st.get('preset')}/{st.get('name')}, {st.get('train_config', {}).get('steps')} steps); remove it or change --out")
     model.load_state_dict(st['model']); opt.load_state_dict(st['opt']); g.set_state(st['g']); torch.set_rng_state(st['rng'])
+    if avg is not None:
+        for n, t in avg.items(): t.copy_(st['ema'][n])
     return st['step'], st['hist'], st['seconds']
 
 # %% ../nbs/03_train.ipynb #98dd55a0
@@ -148,6 +151,23 @@ def _train_step(model, opt, data, tc, g, device, amp, step:int, teacher=None) ->
     opt.zero_grad(set_to_none=True); loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip); opt.step()
     return main.item()
+
+def _average(avg:dict, model, step:int, decay:float):
+    "Move the average toward the weights after `step`; its decay ramps up from 0.1 so that the first steps do not weigh the random start."
+    d = min(decay, (1 + step) / (10 + step))
+    with torch.no_grad():
+        for n, p in model.named_parameters(): avg[n].lerp_(p.detach(), 1 - d)
+
+class _swapped:
+    "Within the block, the model holds the averaged weights (`avg`); the trained ones come back after it."
+    def __init__(self, model, avg): self.model, self.avg = model, avg
+    def __enter__(self):
+        self.keep = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        with torch.no_grad():
+            for n, p in self.model.named_parameters(): p.copy_(self.avg[n])
+    def __exit__(self, *a):
+        with torch.no_grad():
+            for n, p in self.model.named_parameters(): p.copy_(self.keep[n])
 
 def _record(model, data, tc, preset, name, steps, seconds, device, amp, hist) -> dict:
     "The training record of a finished run: its evaluation on the whole validation text, its configuration and its curve."
@@ -179,12 +199,14 @@ def train_model(preset:str|None=None, name:str='target', tc:TrainConfig|None=Non
     else:                                          # distilled toward the family's target (trained first by `--name all`)
         teacher = (teacher if teacher is not None else load_or_train(preset, 'target', device=device, progress=progress)).to(device).eval().requires_grad_(False)
         run['teacher'] = (getattr(teacher, 'manifest', None) or {}).get('weights_sha256')
-    start, hist, before = _load_state(state, run, model, opt, g) if state is not None and Path(state).exists() else (0, [], 0.)
+    avg = {n: p.detach().clone() for n, p in model.named_parameters()} if tc.ema else None   # the weights' moving average
+    start, hist, before = _load_state(state, run, model, opt, g, avg) if state is not None and Path(state).exists() else (0, [], 0.)
     amp = torch.autocast('cuda', dtype=torch.bfloat16) if device == 'cuda' else torch.autocast('cpu', enabled=False)
     t0, step = time.time(), start - 1
     bar = tqdm(range(start, tc.steps), initial=start, total=tc.steps, desc=f'{preset}/{name}', disable=not progress, mininterval=2)
     for step in bar:
         main = _train_step(model, opt, data, tc, g, device, amp, step, teacher)
+        if avg is not None: _average(avg, model, step, tc.ema)
         el = time.time() - t0
         bar.set_postfix(loss=f'{main:.3f}', tok_s=f'{(step + 1 - start) * tc.batch_size * tc.seq_len / el:,.0f}', refresh=False)
         stop = (minutes is not None and el > minutes * 60) or (until is not None and step + 1 >= until)
@@ -192,13 +214,22 @@ def train_model(preset:str|None=None, name:str='target', tc:TrainConfig|None=Non
             with amp: ev, et = evaluate(model, data, tc.seq_len, tc.eval_windows), evaluate(model, data, tc.seq_len, tc.eval_windows, split='train')
             hist.append({'step': step + 1, 'train_loss': round(main, 4), 'train_nats_per_byte': round(et['nats_per_byte'], 4),
                          'val_nats_per_byte': round(ev['nats_per_byte'], 4), **({'mtp_acc': round(ev['mtp_acc'], 4)} if 'mtp_acc' in ev else {})})
-            if state is not None: _save_state(Path(state), run, model, opt, g, step + 1, hist, before + time.time() - t0)
+            if avg is not None:
+                with _swapped(model, avg), amp: hist[-1]['ema_val_nats_per_byte'] = round(evaluate(model, data, tc.seq_len, tc.eval_windows)['nats_per_byte'], 4)
+            if state is not None: _save_state(Path(state), run, model, opt, g, step + 1, hist, before + time.time() - t0, avg)
         if stop and step < tc.steps - 1:
             if state is not None:                      # a resumable run stops here and goes on later
-                _save_state(Path(state), run, model, opt, g, step + 1, hist, before + time.time() - t0)
+                _save_state(Path(state), run, model, opt, g, step + 1, hist, before + time.time() - t0, avg)
                 return None, {'preset': preset, 'name': name, 'steps': step + 1, 'of': tc.steps, 'finished': False}
             break
+    trained = None
+    if avg is not None:                                # the average is the model; the trained weights' own score is kept beside it
+        model.eval()
+        with amp: trained = {k: round(v, 4) if isinstance(v, float) else v for k, v in evaluate(model, data, tc.seq_len).items()}
+        with torch.no_grad():
+            for n, p in model.named_parameters(): p.copy_(avg[n])
     rec = _record(model, data, tc, preset, name, step + 1, before + time.time() - t0, device, amp, hist)
+    if trained is not None: rec['val_trained_weights'] = trained
     if teacher is not None: rec['teacher'] = {'name': 'target', 'weights_sha256': run['teacher'], 'loss': 'KL(p_target || q) per token, no text term'}
     return model, rec
 
@@ -308,6 +339,7 @@ def train_cli(argv=None):
     p.add_argument('--dropout', type=float, default=None, help="residual dropout while training (default: the preset's, 0)")
     p.add_argument('--layers', type=int, default=None, help="blocks of the model instead of the preset's (a candidate of another depth: its checkpoint loads once the preset has that depth)")
     p.add_argument('--extra-text', default=None, choices=EXTRA_TEXTS, help="more training text: folio = the First Folio editions of the training plays (the validation plays stay unseen)")
+    p.add_argument('--ema', type=float, default=None, metavar='DECAY', help="keep a moving average of the weights with this decay per step (e.g. 0.998), evaluated beside them and saved as the model (default: none)")
     p.add_argument('--mtp-weight', type=float, default=None, help="weight of the target's MTP loss (default: the preset's, 0.3)")
     p.add_argument('--mtp-distill', type=int, default=None, metavar='STEPS', help="with --name target: train the MTP module of the target in the output folder alone, STEPS steps, toward the target's own law (run it before distilling the _kd drafters: it changes the target's file)")
     p.add_argument('--out', default=None, help='output folder (default: the cache directory)')
@@ -326,8 +358,9 @@ def train_cli(argv=None):
         if a.mtp_distill is not None and a.mtp_distill < 1: raise SmallemError(f"--mtp-distill must be >= 1 (got {a.mtp_distill})")
         if a.layers is not None and not 1 <= a.layers <= 64: raise SmallemError(f"--layers must be in 1..64 (got {a.layers})")
         if a.dropout is not None and not 0 <= a.dropout < 1: raise SmallemError(f"--dropout must be in [0, 1) (got {a.dropout})")
+        if a.ema is not None and not 0 < a.ema < 1: raise SmallemError(f"--ema must be in (0, 1) (got {a.ema})")
         if a.mtp_weight is not None and not 0 <= a.mtp_weight < math.inf: raise SmallemError(f"--mtp-weight must be a finite number >= 0 (got {a.mtp_weight})")
-        over = {k: v for k, v in dict(steps=a.steps, dropout=a.dropout, mtp_weight=a.mtp_weight, extra_text=a.extra_text).items() if v is not None}
+        over = {k: v for k, v in dict(steps=a.steps, dropout=a.dropout, mtp_weight=a.mtp_weight, extra_text=a.extra_text, ema=a.ema).items() if v is not None}
         tc = replace(TRAIN_PRESETS[preset], **over)
         data = load_tokens(preset, tc.extra_text or None); th = tokenizer_hash(load_tokenizer(preset))
         out.mkdir(parents=True, exist_ok=True)
@@ -350,7 +383,7 @@ def train_cli(argv=None):
             if model is None:
                 print(f"{n}: stopped after step {rec['steps']} of {rec['of']}; the same command goes on from {st}", flush=True); continue
             cmd = (f"smallem_train --preset {preset} --name {n} --steps {tc.steps}" + (f" --minutes {a.minutes}" if a.minutes else "") + (f" --layers {a.layers}" if a.layers else "")
-                   + (f" --dropout {tc.dropout:g}" if a.dropout is not None else "") + (f" --mtp-weight {tc.mtp_weight:g}" if a.mtp_weight is not None else "") + (f" --extra-text {tc.extra_text}" if tc.extra_text else "")
+                   + (f" --dropout {tc.dropout:g}" if a.dropout is not None else "") + (f" --mtp-weight {tc.mtp_weight:g}" if a.mtp_weight is not None else "") + (f" --extra-text {tc.extra_text}" if tc.extra_text else "") + (f" --ema {tc.ema:g}" if tc.ema else "")
                    + (" --resume" if a.resume else "") + f" --out {a.out or out}")
             save_checkpoint(model, out, n, rec, th, getattr(torch, a.dtype), cmd)
             if st is not None and st.exists(): st.unlink()       # the run is finished: its checkpoint replaces its state

@@ -9,9 +9,9 @@ from smallem_spec.train import train_model, TRAIN_PRESETS
 
 TC = replace(TRAIN_PRESETS['tiny'], steps=12, eval_every=4, eval_windows=2)
 
-@pytest.mark.parametrize('dropout', [0.0, 0.1])   # with dropout the masks come from torch's RNG: its state must resume too
-def test_resumed_run_equals_uninterrupted(tmp_path, dropout):
-    tc = replace(TC, dropout=dropout)
+@pytest.mark.parametrize('dropout,ema', [(0.0, 0.0), (0.1, 0.0), (0.0, 0.9)])   # with dropout the masks come from torch's RNG: its state must resume too; the weights' average too
+def test_resumed_run_equals_uninterrupted(tmp_path, dropout, ema):
+    tc = replace(TC, dropout=dropout, ema=ema)
     whole, rec = train_model('tiny', 'target', tc, progress=False)
     st = tmp_path/'target.state.pt'
     none, part = train_model('tiny', 'target', tc, progress=False, state=st, until=6)       # stops after step 6 (between evaluations)
@@ -20,6 +20,26 @@ def test_resumed_run_equals_uninterrupted(tmp_path, dropout):
     a, b = whole.state_dict(), resumed.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run's"
     assert rec2['history'] == rec['history'] and rec2['val'] == rec['val'] and rec2['steps'] == 12
+
+def test_moving_average_of_the_weights(tmp_path):
+    "`ema`: the saved model is the average of the weights after each step, as computed by hand from the run's own steps"
+    " (each step saved by resuming one step at a time), with its decay's ramp; training itself is unchanged (the record"
+    " keeps the trained weights' score, equal to the same run without the average), and the average is not those weights."
+    d = 0.5; tc = replace(TC, ema=d)   # the ramp s / (9 + s) reaches the decay at step 9 of 12
+    avg_model, rec = train_model('tiny', 'target', tc, progress=False)
+    plain, prec = train_model('tiny', 'target', TC, progress=False)
+    assert rec['val_trained_weights'] == prec['val'] and rec['val'] != prec['val']
+    assert all('ema_val_nats_per_byte' in h for h in rec['history']) and [h['val_nats_per_byte'] for h in rec['history']] == [h['val_nats_per_byte'] for h in prec['history']]
+    from smallem_spec.model import Smallem, model_config
+    torch.manual_seed(TC.seed); hand = {n: p.detach().clone() for n, p in Smallem(model_config('tiny', 'target')).named_parameters()}   # the run's start
+    st = tmp_path/'target.state.pt'
+    for s in range(1, TC.steps + 1):   # the plain run, one step at a time: its weights after each step, averaged by hand
+        if s < TC.steps: train_model('tiny', 'target', TC, progress=False, state=st, until=s); w = torch.load(st, weights_only=False)['model']
+        else: w = plain.state_dict()
+        hand = {n: torch.lerp(hand[n], w[n].float(), 1 - min(d, s / (9 + s))) for n in hand}
+    got = dict(avg_model.named_parameters())
+    assert all((got[n].detach() - hand[n]).abs().max() < 1e-5 for n in hand)
+    assert not all(torch.equal(got[n], p) for n, p in plain.named_parameters())
 
 def test_interruption_is_not_a_no_op(tmp_path):
     "The control: without its optimiser state, the same interruption gives other weights (so equality above is not trivial)."
