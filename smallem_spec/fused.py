@@ -259,6 +259,7 @@ static void inv_rms(int R, int D, const float *x, float eps, float *out) {
   }
 }
 
+#if defined(__AVX512F__)
 static inline v16 clamp(v16 x, float lo, float hi) {
   v16i a = x < lo, b = x > hi; v16 l = (v16){0} + lo, h = (v16){0} + hi;
   return (v16)((a & (v16i)l) | (b & (v16i)h) | (~(a | b) & (v16i)x));
@@ -274,6 +275,27 @@ static inline v16 vexp(v16 x) {
   v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
   return p * (v16)e;
 }
+#else
+/* AVX2: the same polynomial on 8 lanes, and 16 lanes as two halves of 8. Written on 16-lane vectors, GCC lowers the
+   comparisons of the clamp and the conversion to integers one lane at a time where there is no AVX-512, several times
+   slower than the halves, which give the same bits */
+typedef int v8i __attribute__((vector_size(32)));
+static inline v8 vexp8(v8 x) {                   /* vexp's clamp and polynomial on 8 lanes */
+  v8i a = x < -87.0f, b = x > 88.0f; v8 l = (v8){0} - 87.0f, h = (v8){0} + 88.0f;
+  x = (v8)((a & (v8i)l) | (b & (v8i)h) | (~(a | b) & (v8i)x));
+  v8 n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+  v8 r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  v8 p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f; p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  v8i e = (__builtin_convertvector(n, v8i) + 127) << 23;
+  return p * (v8)e;
+}
+static inline v16 vexp(v16 x) {
+  v8 a = vexp8(__builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7)), b = vexp8(__builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15));
+  return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+#endif
 
 /* lane t: the sum of the 16 lanes of s[t] (a transpose and add in four rounds: 45 shuffles and adds for 16 sums) */
 #define SH(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
@@ -348,23 +370,11 @@ static void attend##NR##_##HD(const float *q, long ldq, const long *n, long j0, 
 /* AVX2: the same contract with 8-lane vectors, one row at a time (a row's 8 key sums and its values' sums fit the 16
    registers; the chunk's keys and values, 32 KB at most, stay in the first-level cache for the next row). Scores 8 keys
    at a time (hsum8: lane t is key t's sum, whatever its neighbours), so a row's bits do not depend on NR either. */
-typedef int v8i __attribute__((vector_size(32)));
 static inline v8 hsum8(const v8 *s) {
   v8 c[4], d[2];
   for (int t = 0; t < 4; t++) c[t] = SH(s[2 * t], s[2 * t + 1], 0, 1, 2, 3, 8, 9, 10, 11) + SH(s[2 * t], s[2 * t + 1], 4, 5, 6, 7, 12, 13, 14, 15);
   for (int t = 0; t < 2; t++) d[t] = SH(c[2 * t], c[2 * t + 1], 0, 1, 8, 9, 4, 5, 12, 13) + SH(c[2 * t], c[2 * t + 1], 2, 3, 10, 11, 6, 7, 14, 15);
   return SH(d[0], d[1], 0, 4, 2, 6, 8, 12, 10, 14) + SH(d[0], d[1], 1, 5, 3, 7, 9, 13, 11, 15);
-}
-static inline v8 vexp8(v8 x) {                   /* vexp's polynomial on 8 lanes */
-  v8i a = x < -87.0f, b = x > 88.0f; v8 l = (v8){0} - 87.0f, h = (v8){0} + 88.0f;
-  x = (v8)((a & (v8i)l) | (b & (v8i)h) | (~(a | b) & (v8i)x));
-  v8 n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
-  v8 r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  v8 p = 1.9875691500e-4f * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f; p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  v8i e = (__builtin_convertvector(n, v8i) + 127) << 23;
-  return p * (v8)e;
 }
 #define ATTEND(NR, HD) \
 static void attend##NR##_##HD(const float *q, long ldq, const long *n, long j0, const float *kvl, const long *tb, int S, int D, \
@@ -424,9 +434,19 @@ _SRC_SAMPLE1 = r'''
 /* softmax(l / temp) of one row of V logits into p */
 static void softmax_row(const float *l, int V, float temp, float *p) {
   float mx = -INFINITY, it = 1.0f / temp;
+#if defined(__AVX512F__)
   v16 m = ld(l);                                 /* the largest logit, 16 lanes at a time (a NaN is never taken, as before) */
   for (int v = 16; v < V; v += 16) { v16 a = ld(l + v); v16i gt = a > m; m = (v16)(((v16i)a & gt) | ((v16i)m & ~gt)); }
   for (int i = 0; i < 16; i++) if (m[i] > mx) mx = m[i];
+#else                                            /* AVX2: the same 16 lanes as two vectors of 8 (see vexp) */
+  v8 m0, m1; memcpy(&m0, l, 32); memcpy(&m1, l + 8, 32);
+  for (int v = 16; v < V; v += 16) {
+    v8 a, b; memcpy(&a, l + v, 32); memcpy(&b, l + v + 8, 32); v8i g = a > m0, h = b > m1;
+    m0 = (v8)(((v8i)a & g) | ((v8i)m0 & ~g)); m1 = (v8)(((v8i)b & h) | ((v8i)m1 & ~h));
+  }
+  for (int i = 0; i < 8; i++) if (m0[i] > mx) mx = m0[i];
+  for (int i = 0; i < 8; i++) if (m1[i] > mx) mx = m1[i];
+#endif
   v16 s = {0};
   for (int v = 0; v < V; v += 16) { v16 e = vexp((ld(l + v) - mx) * it); st(p + v, e); s += e; }
   float inv = 1.0f / hsum(s);
