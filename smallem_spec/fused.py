@@ -82,7 +82,9 @@ static void NAME##_panel##RT(int K, const float *restrict X, long ldx, const WT 
 #else
 /* AVX2 (16 registers of 8 floats; LOAD##8 reads 8 weights into one). One or two rows take the whole panel row at once
    (4 sums a row: enough independent chains to hide the multiply-add's latency); three to six rows take its two halves
-   of 16 columns in turn (2 sums a row; each k-step then reads one 64-byte line of the row, so nothing is read twice).
+   of 16 columns in turn (2 sums a row; each k-step then reads one 64-byte line of the row, so nothing is read twice),
+   except three rows of fp32 panels: 12 sums, each multiply-add reading its 8 weights from the first-level cache (no
+   register is left to hold them), as llama.cpp's tinyBLAS plans its 3 x 4 tiles.
    Either way a column's sum runs over k in the same order whatever RT is. */
 #define RB 6
 #undef PF
@@ -93,14 +95,14 @@ static inline void st8(float *p, v8 v) { memcpy(p, &v, 32); }
 #define PANEL(NAME, WT, LOAD, RT) \
 static void NAME##_panel##RT(int K, const float *restrict X, long ldx, const WT *restrict P, float *restrict Y, long ldy, \
                              const float *restrict sc, int acc) { \
-  enum { NV = RT <= 2 ? 4 : 2 };                /* vectors of 8 columns a row carries */ \
+  enum { NV = RT <= 2 || (RT == 3 && sizeof(WT) == 4) ? 4 : 2 };   /* vectors of 8 columns a row carries */ \
   for (int h = 0; h < NB; h += 8 * NV) { \
     v8 a[RT][NV]; \
     for (int r = 0; r < RT; r++) for (int v = 0; v < NV; v++) a[r][v] = (v8){0}; \
     for (int k = 0; k < K; k++) { \
       for (int v = 0; v < NV; v += 2) __builtin_prefetch(P + (k + PF) * NB + h + 8 * v); \
       v8 w[NV]; \
-      for (int v = 0; v < NV; v++) { w[v] = LOAD##8(P + k * NB + h + 8 * v); __asm__("" : "+x"(w[v])); } \
+      for (int v = 0; v < NV; v++) { w[v] = LOAD##8(P + k * NB + h + 8 * v); if (NV == 2 || RT <= 2) __asm__("" : "+x"(w[v])); } \
       for (int r = 0; r < RT; r++) { float xv = X[r * ldx + k]; for (int v = 0; v < NV; v++) a[r][v] += xv * w[v]; } \
     } \
     for (int r = 0; r < RT; r++) for (int v = 0; v < NV; v++) { \
