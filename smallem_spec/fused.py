@@ -12,8 +12,8 @@ from fastcore.basics import patch
 from .core import SmallemError, smallem_home
 
 # %% auto #0
-__all__ = ['KERNEL_SRC', 'cpu_info', 'PassArgs', 'pack_panels', 'pack_panels_bf16', 'load_kernel', 'has_bf16', 'fused_fits',
-           'FusedPass', 'sample_logits', 'decide_sampled', 'product_times']
+__all__ = ['KERNEL_SRC', 'PASS_STAGES', 'cpu_info', 'PassArgs', 'pack_panels', 'pack_panels_bf16', 'load_kernel', 'has_bf16',
+           'fused_fits', 'FusedPass', 'sample_logits', 'decide_sampled', 'product_times', 'stage_kernel', 'pass_stages']
 
 # %% ../nbs/12a_fused_cpu.ipynb #dbdc75f4
 def cpu_info() -> dict:
@@ -542,6 +542,19 @@ typedef struct {
                                                       bf16 pairs: 4 the blocks, 8 the head */
 } pass_args;
 
+/* A build that clocks a pass stage by stage (compiled with SMALLEM_STAGES, `stage_kernel`; the library's own build
+   compiles none of it): thread 0 adds to smallem_stage_s[i] the seconds from the end of the stage before to the end of
+   stage i, each stage ending on its barrier, so the other thread's share of a stage counts where thread 0 waits for it */
+#ifdef SMALLEM_STAGES
+double smallem_stage_s[16];
+static double stage_t0;
+#define STAGE(i) do { if (omp_get_thread_num() == 0) { double t_ = omp_get_wtime(); smallem_stage_s[i] += t_ - stage_t0; stage_t0 = t_; } } while (0)
+#define STAGE_START() (stage_t0 = omp_get_wtime())
+#else
+#define STAGE(i) ((void)0)
+#define STAGE_START() ((void)0)
+#endif
+
 long smallem_work_floats(int R, int D, int F, int maxpos, int nthreads) {   /* maxpos: the last position any sequence of the call may reach */
   return (long)R * (4 * D + 3 * F + (F > D ? 0 : D - F)) + (long)R * 2 * D * ((maxpos + KC) / KC) + (long)nthreads * ((RG + 2) * ((maxpos + 32L) & ~15L) + 2 * R + 32 + (long)R * D + (long)R * (F > D ? F : D) / 2);
 }
@@ -556,6 +569,7 @@ int smallem_pass(const pass_args *a) {
   float *thr = hh + (long)R * (F > D ? F : D);
   float *part = thr + (long)a->nthreads * (PW + 2 * R + 32 + (long)R * D + (long)R * (F > D ? F : D) / 2);   /* chunks' partial results [R, H, NC, PS] */
   const float scale = 1.0f / sqrtf((float)hd);
+  STAGE_START();
   #pragma omp parallel num_threads(a->nthreads)
   {
     float *p = thr + (long)omp_get_thread_num() * (PW + 2 * R + 32 + (long)R * D + (long)R * (F > D ? F : D) / 2), *iv = p + PW, *one = iv + R,
@@ -577,11 +591,12 @@ int smallem_pass(const pass_args *a) {
 
 # %% ../nbs/12a_fused_cpu.ipynb #491a5e37
 _SRC_PASS2 = r'''    }
+    STAGE(0);                                    /* the embedding (and an MTP module's two products) */
     for (int l = 0; l < a->nl; l++) {
       const float *const *W = a->W + 4 * l;
       float *kvl = a->kv + (long)l * a->slots * 2 * D;
       inv_rms(R, D, x, a->eps, iv);
-      mm(R, D, 3 * D, gained(R, D, x, G ? G[2 * l] : 0, xg), D, W[0], qkv, 3 * D, iv, 0);
+      mm(R, D, 3 * D, gained(R, D, x, G ? G[2 * l] : 0, xg), D, W[0], qkv, 3 * D, iv, 0); STAGE(1);
       #pragma omp for schedule(static)
       for (int r = 0; r < R; r++) {              /* RoPE on q and k (each pair side by side), then K and V into the cache */
         int b = r / T, t = r % T; long pos = a->starts[b] + t; if (pos > a->maxpos) pos = a->maxpos;
@@ -595,6 +610,7 @@ _SRC_PASS2 = r'''    }
           memcpy(kvl + slot * 2 * D, q + D, 2 * D * 4);
         }
       }
+      STAGE(2);
       #pragma omp for schedule(static)
       for (int u = 0; u < a->B * NG * H * NC; u++) {   /* attention: a group of rows of one sequence, one head, one chunk of keys */
         int c = u % NC, h = u / NC % H, g = u / (NC * H) % NG, b = u / (NC * H * NG), t0 = g * RS, nr = T - t0 < RS ? T - t0 : RS;
@@ -609,21 +625,24 @@ _SRC_PASS2 = r'''    }
                    : (nr == 1 ? attend1_0 : nr == 2 ? attend2_0 : nr == 3 ? attend3_0 : attend4_0);
         f(qq, 3 * D, nk, (long)c * KC, kvl, tb, S, D, h * hd, hd, scale, p, kp, pp, (long)H * NC * PS(hd));
       }
+      STAGE(3);
       #pragma omp for schedule(static)
       for (int rh = 0; rh < R * H; rh++) {       /* each row's chunks joined, in chunk order */
         int r = rh / H, h = rh % H, b = r / T, t = r % T;
         long end = a->starts[b] + a->nnew[b], n = a->starts[b] + t + 1; n = n < end ? n : end; if (n < 1) n = 1;
         join_chunks(part + ((long)r * H + h) * NC * PS(hd), (int)((n + KC - 1) / KC), hd, o + (long)r * D + h * hd);
       }
-      mm(R, D, D, o, D, W[1], x, D, one, 1);
+      STAGE(4);
+      mm(R, D, D, o, D, W[1], x, D, one, 1); STAGE(5);
       inv_rms(R, D, x, a->eps, iv);
-      mm(R, D, 2 * F, gained(R, D, x, G ? G[2 * l + 1] : 0, xg), D, W[2], gu, 2 * F, iv, 0);
+      mm(R, D, 2 * F, gained(R, D, x, G ? G[2 * l + 1] : 0, xg), D, W[2], gu, 2 * F, iv, 0); STAGE(6);
       #pragma omp for schedule(static)
       for (int r = 0; r < R; r++) {              /* SwiGLU */
         const float *g = gu + (long)r * 2 * F, *u = g + F; float *y = hh + (long)r * F;
         for (int i = 0; i < F; i += 16) { v16 gv = ld(g + i); st(y + i, gv / (1.0f + vexp(-gv)) * ld(u + i)); }
       }
-      mm(R, F, D, hh, F, W[3], x, D, one, 1);
+      STAGE(7);
+      mm(R, F, D, hh, F, W[3], x, D, one, 1); STAGE(8);
     }
 '''
 
@@ -640,13 +659,14 @@ _SRC_PASS3 = r'''    const long nh = a->hrows ? a->nh : R; const float *xh = x;
       #pragma omp for schedule(static)
       for (long i = 0; i < nh; i++) for (int d = 0; d < D; d += 16) st(hh + i * D + d, ld(hh + i * D + d) * ld(a->hscale + d));
     }
-    (a->f16 & 8 ? gemmb : a->f16 & 2 ? gemmh : gemm)(nh, D, a->Vh, xh, D, a->head, a->logits, a->Vh, iv, 0);
+    (a->f16 & 8 ? gemmb : a->f16 & 2 ? gemmh : gemm)(nh, D, a->Vh, xh, D, a->head, a->logits, a->Vh, iv, 0); STAGE(9);
     #pragma omp for schedule(static)
     for (long r = 0; r < nh; r++) {              /* the greedy token of each row, while its logits are in cache */
       const float *l = a->logits + r * a->Vh; long b = 0;
       for (long v = 1; v < a->Vh; v++) if (l[v] > l[b]) b = v;
       a->best[a->hrows ? a->hrows[r] : r] = a->vmap ? a->vmap[b] : b;
     }
+    STAGE(10);
   }
   return 0;
 }
@@ -870,23 +890,26 @@ def _bind(lib):
     lib.smallem_peak.restype, lib.smallem_peak.argtypes = ctypes.c_double, [ctypes.c_int, ctypes.c_long]
     return lib
 
+def _compiled(src:str):
+    "`src` compiled for this machine (once; cached under `$SMALLEM_HOME/kernels`, keyed by the source, the flags, the compiler and the processor) and loaded."
+    cc = os.environ.get('CC') or shutil.which('gcc') or shutil.which('cc')
+    if cc is None: raise SmallemError("no C compiler (gcc) found")
+    ver = subprocess.run([cc, '--version'], capture_output=True, text=True).stdout.split('\n')[0]
+    info = cpu_info()
+    key = hashlib.sha256('\n'.join([src, ' '.join(_FLAGS), ver, info['model'], ' '.join(info['vector_flags'])]).encode()).hexdigest()[:16]
+    d = smallem_home() / 'kernels'; d.mkdir(parents=True, exist_ok=True)
+    out = d / f'fused-{key}.so'
+    with FileLock(str(out) + '.lock'):
+        if not out.exists(): _build(src, out, cc)
+    return _bind(ctypes.CDLL(str(out)))
+
 def load_kernel(required:bool=False):
     "The fused kernel compiled for this machine (once; cached under `$SMALLEM_HOME/kernels`), or None where it cannot be built."
     global _lib
     if _lib is not None: return _lib or None
     try:
         if os.environ.get('SMALLEM_KERNEL', 'fused') != 'fused': raise SmallemError("SMALLEM_KERNEL asks for the scripted path")
-        cc = os.environ.get('CC') or shutil.which('gcc') or shutil.which('cc')
-        if cc is None: raise SmallemError("no C compiler (gcc) found")
-        ver = subprocess.run([cc, '--version'], capture_output=True, text=True).stdout.split('\n')[0]
-        info = cpu_info()
-        key = hashlib.sha256('\n'.join([KERNEL_SRC, ' '.join(_FLAGS), ver, info['model'], ' '.join(info['vector_flags'])]).encode()).hexdigest()[:16]
-        d = smallem_home() / 'kernels'; d.mkdir(parents=True, exist_ok=True)
-        out = d / f'fused-{key}.so'
-        with FileLock(str(out) + '.lock'):
-            if not out.exists(): _build(KERNEL_SRC, out, cc)
-        lib = _bind(ctypes.CDLL(str(out)))
-        _lib = lib
+        _lib = _compiled(KERNEL_SRC)
     except (SmallemError, OSError) as e:
         _lib = False
         if required: raise SmallemError(f"fused kernel unavailable: {e}") from None
@@ -1270,3 +1293,41 @@ def product_times(shapes=((192, 576), (192, 1024), (512, 192), (192, 4096)), row
                     fns['bf16 pair panels'] = lambda: lib.smallem_gemm_bf16(M, K, N, x.data_ptr(), Pb.data_ptr(), y.data_ptr(), torch.get_num_threads())
                 for name, f in fns.items(): d.setdefault(name, {})[M] = _median_us(f, reps)
     return out
+
+# %% ../nbs/12a_fused_cpu.ipynb #5869406f
+PASS_STAGES = ('embedding', 'qkv product', 'rope, cache write', 'attention', 'chunks joined', 'output product',
+               'gate-up product', 'swiglu', 'down product', 'head product', 'argmax')
+_stage_lib = None
+
+def stage_kernel():
+    "The fused kernel built with its stage clock (`SMALLEM_STAGES`; cached like `load_kernel`'s): the same passes, each stage's seconds added to `smallem_stage_s`."
+    global _stage_lib
+    if _stage_lib is None: _stage_lib = _compiled('#define SMALLEM_STAGES 1\n' + KERNEL_SRC)
+    return _stage_lib
+
+def pass_stages(fast, Ts=(1, 2, 3, 4), context:int=200, reps:int=200, rounds:int=3) -> dict:
+    "Mean microseconds of each stage (`PASS_STAGES`) of the fused pass over T new tokens of one sequence with `context` cached, from the stage-clocked build, beside the mean wall time of the same calls (`pass`): {T: {stage: µs, ..., 'pass': µs}}; the values of T in turn, `rounds` times."
+    fp = getattr(fast, 'fused', None)
+    if fp is None: raise SmallemError("pass_stages needs a fast model on the fused kernel (FastSmallem(model, kernel='fused'))")
+    lib = stage_kernel(); st = (ctypes.c_double * 16).in_dll(lib, 'smallem_stage_s')
+    V = fast.cfg.vocab_size; g = torch.Generator().manual_seed(0)
+    cache = fast.new_cache(batch=1); s = [cache.new_seq()]
+    fast(torch.randint(1, V, (1, context), generator=g), cache, s)
+    cache.append(s, [max(Ts)])
+    acc = {T: [0.0] * (len(PASS_STAGES) + 1) for T in Ts}
+    try:
+        for _ in range(rounds):
+            for T in Ts:
+                x = torch.randint(1, V, (1, T), generator=g)
+                a, *keep = fp._args(cache, s, [context], [T], x, 1, T); ref = ctypes.byref(a)
+                for _ in range(3): lib.smallem_pass(ref)
+                for i in range(16): st[i] = 0.0
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    if lib.smallem_pass(ref): _bad_token(V)
+                wall = time.perf_counter() - t0
+                for i in range(len(PASS_STAGES)): acc[T][i] += st[i]
+                acc[T][-1] += wall
+    finally: cache.keep(s[0], context)
+    n = rounds * reps
+    return {T: dict(zip(PASS_STAGES + ('pass',), [v / n * 1e6 for v in a])) for T, a in acc.items()}

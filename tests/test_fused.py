@@ -352,6 +352,25 @@ def test_kernel_refused_where_it_cannot_run(cpu_models):
     with pytest.raises(SmallemError, match="kernel must be"): FastSmallem(cpu_models['target'], kernel='cuda')
     with pytest.raises(SmallemError, match="fp32 models on a CPU"): FastSmallem(cpu_models['target'], kernel='fused', graphs='emulate')
 
+def test_stage_clock(cpu_models):
+    "The stage-clocked build (`stage_kernel`) computes the same pass, bit for bit, and its stages add up to most of the calls' own time and never more; a model without the kernel is refused in one line."
+    from smallem_spec.core import SmallemError
+    t = FastSmallem(cpu_models['target']); fp = t.fused
+    x = torch.randint(1, t.cfg.vocab_size, (2, 30), generator=torch.Generator().manual_seed(5))
+    def run():
+        with torch.inference_mode():
+            c = t.new_cache(capacity=[40, 40]); s = [c.new_seq(), c.new_seq()]
+            return torch.cat([t(x[:, :26], c, s).flatten(), t(x[:, 26:], c, s).flatten()])
+    plain = run(); lib, fp.lib = fp.lib, F.stage_kernel()
+    try: clocked = run()
+    finally: fp.lib = lib
+    assert F.stage_kernel() is not lib and torch.equal(plain, clocked)
+    st = F.pass_stages(t, Ts=(1, 4), context=100, reps=20, rounds=1)
+    for T, d in st.items():
+        total = sum(d[k] for k in F.PASS_STAGES)
+        assert all(d[k] >= 0 for k in F.PASS_STAGES) and 0.5 * d['pass'] <= total <= d['pass'], (T, d)
+    with pytest.raises(SmallemError, match='fused kernel'): F.pass_stages(FastSmallem(cpu_models['target'], kernel='script'))
+
 def test_bad_input_refused_and_nothing_changes(fast):
     "Token ids outside the vocabulary, or a cache of another shape, get a one-line error and leave the cache as it was."
     from smallem_spec.core import SmallemError
