@@ -30,18 +30,19 @@ def test_kernel_is_the_default_on_cpu(fast):
     assert info['model'] and info['kind'] and info['torch'] == torch.__version__
 
 def _same_tokens_three_ways(t, V):
-    "Logits of 4 tokens read in one pass, one at a time, and (the first) in a batch of 8: equal bits or not."
+    "Logits of 4 tokens read in one pass, of their first 3 in one pass, one at a time, and (the first) in a batch of 8: equal bits or not."
     x = torch.randint(1, V, (1, 40), generator=torch.Generator().manual_seed(3))
     with torch.inference_mode():
-        c = t.new_cache(capacity=[40] * 10); s = [c.new_seq() for _ in range(10)]
-        t(x[:, :36].expand(10, 36), c, s)
+        c = t.new_cache(capacity=[40] * 11); s = [c.new_seq() for _ in range(11)]
+        t(x[:, :36].expand(11, 36), c, s)
         four = t(x[:, 36:40], c, s[:1])
+        three = t(x[:, 36:39], c, s[10:])
         ones = torch.cat([t(x[:, 36 + i:37 + i], c, s[1:2]) for i in range(4)], 1)
-        batch = t(x[:, 36:37].expand(8, 1), c, s[2:])
-    return torch.equal(four, ones) and all(torch.equal(batch[i, 0], ones[0, 0]) for i in range(8))
+        batch = t(x[:, 36:37].expand(8, 1), c, s[2:10])
+    return torch.equal(four, ones) and torch.equal(three, ones[:, :3]) and all(torch.equal(batch[i, 0], ones[0, 0]) for i in range(8))
 
 def test_rows_do_not_change_a_tokens_logits(fast):
-    "A verify-shaped pass over 4 tokens, the same tokens one at a time, and the same row inside a batch of 8: equal bits."
+    "Verify-shaped passes over 4 and 3 tokens, the same tokens one at a time, and the same row inside a batch of 8: equal bits."
     assert _same_tokens_three_ways(fast['target'], fast['target'].cfg.vocab_size)
 
 @pytest.mark.parametrize('page_size', [None, 16])
@@ -152,8 +153,8 @@ _AVX2 = {'avx2', 'fma', 'f16c'} <= set(cpu_info()['vector_flags'])
 
 @pytest.mark.skipif(platform.machine() not in ('x86_64', 'AMD64') or not _AVX2, reason="no AVX2, FMA and F16C here")
 def test_avx2_kernel_computes_the_same_model(tmp_path, cpu_models, prompts, monkeypatch):
-    "The kernel built for AVX2 (`-march=haswell`: 8-lane vectors, a panel row whole for one or two rows and in two halves"
-    " of 16 columns for three to six, 6 rows a block), also on a processor with AVX-512: a token's logits are the same bits alone, among the 4 rows of a verify"
+    "The kernel built for AVX2 (`-march=haswell`: 8-lane vectors, a panel row whole for one to three rows and in two halves"
+    " of 16 columns for four to six, 6 rows a block), also on a processor with AVX-512: a token's logits are the same bits alone, among the 3 or 4 rows of a verify"
     " pass and in a batch of 8; they are the reference model's to float rounding; greedy texts equal the reference's, plain"
     " and with the MTP module's rounds; fp16 panels (a proposer's) keep their rows independent too."
     flags = [f if f != '-march=native' else '-march=haswell' for f in F._FLAGS]
