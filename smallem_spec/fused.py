@@ -1294,7 +1294,7 @@ def product_times(shapes=((192, 576), (192, 1024), (512, 192), (192, 4096)), row
                 for name, f in fns.items(): d.setdefault(name, {})[M] = _median_us(f, reps)
     return out
 
-# %% ../nbs/12a_fused_cpu.ipynb #5869406f
+# %% ../nbs/12a_fused_cpu.ipynb #dd421a54
 PASS_STAGES = ('embedding', 'qkv product', 'rope, cache write', 'attention', 'chunks joined', 'output product',
                'gate-up product', 'swiglu', 'down product', 'head product', 'argmax')
 _stage_lib = None
