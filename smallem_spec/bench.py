@@ -256,13 +256,14 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
     return row
 
 # %% ../nbs/10_bench.ipynb #dc8e117e
-def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx, precision='fp32') -> dict:
+def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx) -> dict:
     "What the run was: sizes, the processor, the kernel, torch, and every measured cost (rounded)."
     r3 = lambda d: {str(a): round(x, 3) for a, x in d.items()}
+    precision = getattr(target, 'precision', 'fp32')   # the target's panels as chosen (12_fast_path)
     return dict(preset=preset, prompts=n_prompts, prompt_tokens=32, new_tokens=new_tokens, repeats=repeats, cost_context=ctx,
                 device=str(target.device), cpu=cpu_info()['model'], cpu_info=cpu_info(), kernel=getattr(target, 'kernel', 'reference'),
                 drafter_panels=('bf16' if precision == 'bf16' or target.proposer_bf16 else 'fp16') if getattr(target, 'kernel', None) == 'fused' else 'as the target',   # DraftProposer's view (12a_fused_cpu)
-                mtp_panels=('bf16' if precision == 'bf16' or target.proposer_bf16 else 'fp32') if getattr(target, 'kernel', None) == 'fused' else 'as the target',
+                mtp_panels=('bf16' if precision == 'bf16' or target.proposer_bf16 else 'fp32 block, fp16 head' if precision == 'fp16' else 'fp32') if getattr(target, 'kernel', None) == 'fused' else 'as the target',
                 precision=precision, plain='one call' if chains(target, 0.0) else 'step by step',   # how the target alone ran (04_generate)
                 threads=torch.get_num_threads(), torch=torch.__version__, gpu=torch.cuda.get_device_name() if target.device.type == 'cuda' else None,
                 costs={str(b): {'t1_ms': round(c['t1'] * 1e3, 3), 't_step_ms': {str(T): round(x * 1e3, 4) for T, x in c.get('t_step', {}).items()}, 'v': r3(c['v']), 'c': r3(c['c']), 'c0': r3(c['c0']),
@@ -276,14 +277,14 @@ def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx,
 def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=PROPOSERS, ks=(1, 2, 3, 4, 'adaptive'),
           temperatures=(0.0, 1.0), batches=(1, 8), repeats:int=3, progress:bool=True, device=None, fast:bool=True,
           top_k:int|None=None, top_p:float|None=None, min_p:float|None=None,   # filters of every sampled row (06a_filters)
-          precision:str='fp32',            # 'bf16': every fast model on bf16 panels (12a_fused_cpu), target alone included
+          precision:str|None=None,         # every fast model's panels (target alone included): None, each model's faster of fp32 and fp16 on this machine (12_fast_path); 'fp32', 'fp16', 'bf16'
           proposer_bf16:bool|None=None) -> dict:   # proposing passes on bf16 panels (None: where the processor has AVX-512 BF16; 12a_fused_cpu)
     "Run the benchmark grid on the fast path (or the reference code); returns {'meta': ..., 'rows': [...]}."
     preset = preset_name(preset); _check_grid(proposers, ks, temperatures, n_prompts, new_tokens, repeats, batches)
     filters = {n: v for n, v in (('top_k', top_k), ('top_p', top_p), ('min_p', min_p)) if v is not None}
     if filters and not any(T > 0 for T in temperatures): raise SmallemError(f"{', '.join(filters)} filter sampled rows: add a temperature > 0")
     temperatures = tuple(sampling(T, top_k, top_p, min_p) if T > 0 else T for T in temperatures)
-    if precision != 'fp32' and not fast: raise SmallemError("the reference code runs in fp32: --precision bf16 is for the fast path")
+    if precision not in (None, 'fp32') and not fast: raise SmallemError(f"the reference code runs in fp32: --precision {precision} is for the fast path")
     ref = load_or_train(preset, 'target', device=device)
     wrap = (lambda m: FastSmallem(m, precision=precision, proposer_bf16=proposer_bf16)) if fast else (lambda m: m)
     target = wrap(ref)
@@ -300,7 +301,7 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
                               (min(48, max(16, new_tokens // 4)), max(96, new_tokens))) for b in batches}   # enough rounds to time, briefly for a small run
     raw = _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar)
     bar.close()
-    meta = dict(_grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx, precision), filters=filters or None)
+    meta = dict(_grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx), filters=filters or None)
     return dict(meta=meta, rows=[_grid_row(key, lst, raw, costs, fast) for key, lst in raw.items()])
 
 # %% ../nbs/10_bench.ipynb #a89ef862
@@ -318,7 +319,7 @@ def format_table(result:dict) -> str:
                      f"{'' if r['c'] is None else format(r['c'], '.2f'):>5s}  {al:29s} {'' if r['identical'] is None else ('yes' if r['identical'] else 'NO')}")
     m = result['meta']
     lines.append(f"{m['prompts']} prompts x {m['new_tokens']} new tokens, median of {m['repeats']}, {m.get('path', 'reference')} path"
-                 f"{' (' + m['kernel'] + ' kernel' + (', bf16' if m.get('precision') == 'bf16' else ', proposers on bf16 panels' if m.get('mtp_panels') == 'bf16' else '') + ')' if m.get('kernel') else ''}, {m['device']} ({m['gpu'] or m['cpu']}, {m['threads']} threads), torch {m['torch']}"
+                 f"{' (' + m['kernel'] + ' kernel' + (', bf16' if m.get('precision') == 'bf16' else ', fp16 panels' if m.get('precision') == 'fp16' else ', proposers on bf16 panels' if m.get('mtp_panels') == 'bf16' else '') + ')' if m.get('kernel') else ''}, {m['device']} ({m['gpu'] or m['cpu']}, {m['threads']} threads), torch {m['torch']}"
                  + f"; the target alone {'in one call of the library' if m.get('plain') == 'one call' else 'step by step from Python'}"
                  + (f"; sampled rows filtered by {', '.join(f'{n} = {v}' for n, v in m['filters'].items())}" if m.get('filters') else ''))
     lines.append(verdict(result))
@@ -435,8 +436,8 @@ def bench_cli(argv=None):
     p.add_argument('--json', default=None, help='write the result as JSON here: meta (processor, its vector flags, torch, costs) and rows')
     p.add_argument('--plot', default=None, help='write the figure as PNG here')
     p.add_argument('--reference', action='store_true', help='run everything on the reference model code instead of the fast path')
-    p.add_argument('--precision', choices=('fp32', 'bf16'), default='fp32',
-                   help='bf16: the fast path on bf16 panels (AVX-512 BF16 processors; 12a_fused_cpu), the target alone too')
+    p.add_argument('--precision', choices=('auto', 'fp32', 'fp16', 'bf16'), default='auto',
+                   help="every fast model's panels, the target alone's too: auto, the faster of fp32 and fp16 on this machine (12_fast_path); fp16, the weights as saved; bf16, AVX-512 BF16 processors (12a_fused_cpu)")
     p.add_argument('--proposer-bf16', choices=('auto', 'on', 'off'), default='auto',
                    help='proposing passes (drafters, the MTP module) on bf16 panels; auto: where the processor has AVX-512 BF16; off: fp16 drafters, fp32 MTP')
     a = p.parse_args(argv)
@@ -447,7 +448,7 @@ def bench_cli(argv=None):
     try:
         res = bench(a.preset, a.prompts, a.new_tokens, [x.strip() for x in a.proposers.split(',') if x.strip()], a.k,
                     a.temperature, a.batch, a.repeats, fast=not a.reference, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p,
-                    precision=a.precision, proposer_bf16={'auto': None, 'on': True, 'off': False}[a.proposer_bf16])
+                    precision=None if a.precision == 'auto' else a.precision, proposer_bf16={'auto': None, 'on': True, 'off': False}[a.proposer_bf16])
     except SmallemError as e: p.exit(2, f"smallem_bench: error: {e}\n")
     print(format_table(res))
     if a.json: Path(a.json).write_text(json.dumps(res, indent=1) + '\n'); print(f"result written to {a.json} (meta: processor, versions, costs; rows)")

@@ -4,16 +4,17 @@
 
 # %% ../nbs/12_fast_path.ipynb #aed0f1ed
 from __future__ import annotations
-import argparse, copy, json, math, statistics, time
+import argparse, copy, hashlib, json, math, statistics, time
 from typing import List, Optional
 import torch
 import torch.nn.functional as F
 from fastcore.basics import patch
-from .core import SmallemError, preset_name, median_time, check_writable
+from filelock import FileLock
+from .core import SmallemError, preset_name, median_time, check_writable, smallem_home
 from .cache import PagedKVCache
 from .model import Smallem
 from .generate import pass_times, Sampling
-from .fused import FusedPass, fused_fits, load_kernel, cpu_info, has_bf16
+from .fused import FusedPass, fused_fits, load_kernel, cpu_info, has_bf16, fp16_exact, KERNEL_SRC
 
 
 # %% auto #0
@@ -91,7 +92,8 @@ class FastSmallem:
     "Inference-only twin of a Smallem: folded norms, pre-transposed weights, scripted blocks (or the fused CPU kernel), one page per sequence."
     def __init__(self, model:Smallem, script:bool=True, page_size:int|None=None, graphs:bool|str|None=None,
                  kernel:str|None=None,    # 'fused' (CPU, the default where it builds), 'script' or 'eager'; None: the best available
-                 precision:str='fp32',    # 'bf16': the fused kernel's bf16 pair panels (AVX-512 BF16), a few parts in a thousand from the model
+                 precision:str|None=None, # None: fp32 or fp16 panels, whichever this machine runs faster (fused kernel; `_panels_choice`); 'fp32';
+                                          # 'fp16': the weights as saved, fp32 arithmetic; 'bf16': bf16 pair panels (AVX-512 BF16), a few parts in a thousand from the model
                  proposer_bf16:bool|None=None):   # proposing passes (the MTP module's, a drafter's view) in bf16 panels; None: where the kernel has AVX-512 BF16 (`12a_fused_cpu`)
         c = self.cfg = model.cfg; self.model = model
         self.manifest = getattr(model, 'manifest', None)
@@ -102,21 +104,47 @@ class FastSmallem:
         self._fold(model, perm, dev, dt)
         self.blocks = scripted_blocks() if script else _blocks
         self.kernel = self._choose_kernel(kernel, script, graphs, dev, dt)
-        if precision not in ('fp32', 'bf16'): raise SmallemError(f"precision must be 'fp32' or 'bf16' (got {precision!r})")
-        if precision == 'bf16' and self.kernel != 'fused': raise SmallemError("bf16 passes need the fused CPU kernel")
-        self.precision = precision
+        if precision not in (None, 'fp32', 'fp16', 'bf16'): raise SmallemError(f"precision must be 'fp32', 'fp16', 'bf16' or None (got {precision!r})")
+        if precision in ('fp16', 'bf16') and self.kernel != 'fused': raise SmallemError(f"{precision} passes need the fused CPU kernel")
+        if precision == 'fp16' and not fp16_exact(model): raise SmallemError("fp16 panels would round this model's weights: ask for them only where every weight is an fp16 number (a saved checkpoint)")
         bf = self.kernel == 'fused' and has_bf16(load_kernel())
         if proposer_bf16 and not bf: raise SmallemError("bf16 proposing passes need the fused CPU kernel on a processor with AVX-512 BF16")
-        self.proposer_bf16 = bf if proposer_bf16 is None else proposer_bf16
-        self.fused = FusedPass(model, perm, bf16=precision == 'bf16', mtp_bf16=self.proposer_bf16) if self.kernel == 'fused' else None
+        if proposer_bf16 and precision == 'fp16': raise SmallemError("bf16 proposing passes beside an fp16 target are not built: ask for one or the other")
+        self.proposer_bf16 = bf and precision != 'fp16' if proposer_bf16 is None else proposer_bf16
+        self.precision = precision or 'fp32'
+        self.fused = FusedPass(model, perm, half=self.precision == 'fp16', bf16=self.precision == 'bf16', mtp_bf16=self.proposer_bf16) if self.kernel == 'fused' else None
         self.page_size = page_size or c.max_seq_len
         self.graphs = (model.device.type == 'cuda') if graphs is None else graphs   # 'emulate': the graph bookkeeping without capture (tests)
         if self.graphs and self.page_size != c.max_seq_len: raise SmallemError("captured graphs need one page per sequence")
         self._pools, self._graphs, self._live, self._spare = {}, {}, {}, {}
         if c.max_seq_len % self.page_size: raise SmallemError(f"page size {self.page_size} does not divide the context {c.max_seq_len}")
+        if precision is None and self.kernel == 'fused' and not self.proposer_bf16 and fp16_exact(model) and _panels_choice(self, perm) == 'fp16':
+            self.fused, self.precision = FusedPass(model, perm, half=True), 'fp16'   # the same model's values, half the bytes (below)
     training = False                      # inference only; `eval`/`train` exist so evaluation code takes it
     @property
     def device(self): return self.model.device
+
+# %% ../nbs/12_fast_path.ipynb #21ec3d58
+def _panels_choice(fast:FastSmallem, perm:torch.Tensor, context:int=64, reps:int=10, rounds:int=4) -> str:
+    "'fp16' where fp16 panels of this model's weights run its passes over 1 to 4 tokens in at least 5% less time in all than fp32 panels on this machine, else 'fp32': measured once per processor, thread count, kernel and model shape (the two kinds in turn), kept in `$SMALLEM_HOME/kernels/panels.json`."
+    c, info = fast.cfg, cpu_info()
+    key = ' | '.join([info['model'], ' '.join(info['vector_flags']), f"{info['threads']} threads", hashlib.sha256(KERNEL_SRC.encode()).hexdigest()[:12],
+                      f"dim {c.dim}, {c.n_layers} layers, ffn {c.ffn_dim}, {c.n_heads} heads, vocab {c.vocab_size}"])
+    path = smallem_home() / 'kernels' / 'panels.json'; path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + '.lock'):
+        known = json.loads(path.read_text()) if path.exists() else {}
+        if key not in known:
+            ctx = min(context, c.max_seq_len - 4)
+            cache = FastKVCache(c.n_layers, c.n_heads, c.head_dim, 1, c.max_seq_len, c.max_seq_len, device=fast.device, dtype=torch.float32)
+            s = cache.new_seq(); cache.append([s], [ctx + 4])   # keys and values left at zero: the same work as any others
+            g = torch.Generator().manual_seed(0); xs = [torch.randint(1, c.vocab_size, (1, T), generator=g) for T in (1, 2, 3, 4)]
+            kinds = {'fp32': fast.fused, 'fp16': FusedPass(fast.model, perm, half=True)}; acc = {k: [] for k in kinds}
+            for r in range(rounds):
+                for k in (list(kinds) if r % 2 == 0 else list(kinds)[::-1]): acc[k].append(sum(kinds[k].time_passes(cache, [s], [ctx], xs, reps)))
+            ms = {k: statistics.median(v) * 1e3 for k, v in acc.items()}
+            known[key] = {'choice': 'fp16' if ms['fp16'] < 0.95 * ms['fp32'] else 'fp32', 'ms_passes_1_to_4_tokens': {k: round(v, 3) for k, v in ms.items()}}
+            tmp = path.with_suffix('.tmp'); tmp.write_text(json.dumps(known, indent=1)); tmp.replace(path)
+    return known[key]['choice']
 
 # %% ../nbs/12_fast_path.ipynb #84e995fe
 @patch
@@ -178,7 +206,7 @@ def _choose_kernel(self:FastSmallem, kernel, script, graphs, dev, dt):
     return kernel
 
 @patch
-def __repr__(self:FastSmallem): return f"FastSmallem({self.model!r}, kernel={self.kernel!r}" + (", precision='bf16')" if self.precision == 'bf16' else ")")
+def __repr__(self:FastSmallem): return f"FastSmallem({self.model!r}, kernel={self.kernel!r}" + (f", precision={self.precision!r})" if self.precision != 'fp32' else ")")
 
 @patch
 def eval(self:FastSmallem): return self
@@ -418,6 +446,7 @@ def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:in
         if fast.kernel == 'script': del paths['script']
         if fast.kernel == 'fused': timers['fast'] = kernel_times   # the fused kernel's own pass; 'call' is the same pass called from Python
         else: del paths['call']
+        if fast.kernel == 'fused' and fast.precision != 'fp32': paths['fp32'] = FastSmallem(ref, precision='fp32'); timers['fp32'] = kernel_times   # what the choice beat
         try: paths['bf16'] = FastSmallem(ref, precision='bf16'); timers['bf16'] = kernel_times   # where the processor has AVX-512 BF16
         except SmallemError: pass
         t = step_times(paths, Ts, reps=reps, rounds=5, timers={p: (lambda m, Ts, reps: kernel_times(m, Ts, context, reps)) for p in timers} |
@@ -428,16 +457,18 @@ def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:in
     out['machine'] = {k: round(v, 2) for k, v in rates.items()} | {'probes': len(probes)}
     gflops = max(rates['matmul_gflops'], rates.get('peak_gflops', 0))   # the products' bound: the faster of torch's product and the cores' peak
     for name, (c, fast, paths, t) in measured.items():
-        nbytes = fast.weight_bytes(); flops = 2 * nbytes / 4
+        half = fast.precision == 'fp16'                               # fp16 panels: the fast path reads half the bytes of fp32 weights
+        nbytes = fast.weight_bytes() * (2 if half else 1); flops = 2 * nbytes / 4
         kv = 2 * c.n_layers * c.dim * 4 * context                    # the keys and values a pass reads at this context (an fp32 cache)
         att = 4 * c.n_layers * c.dim * context                       # and the products over them, per token
         def fl(bw, wbytes=nbytes, speed=1):   # the larger of the bytes read over the bandwidth and the products over their rate
             return {T: max((wbytes + kv) / (bw * 1e9), T * (flops / speed + att) / (gflops * 1e9)) for T in Ts}
         floor, dram = fl(rates['bandwidth_model_size_gbs']), fl(rates['bandwidth_gbs'])
         floors, drams = {p: floor for p in paths}, {p: dram for p in paths}
-        if 'bf16' in paths:   # half the bytes of weights, two products an instruction
-            floors['bf16'], drams['bf16'] = fl(rates['bandwidth_model_size_gbs'], nbytes / 2, 2), fl(rates['bandwidth_gbs'], nbytes / 2, 2)
-        row = {'weight_mb': round(nbytes / 2**20, 2), 'kv_mb': round(kv / 2**20, 2), 'fast_kernel': fast.kernel,
+        own = {'bf16': 2} | ({'fast': 1, 'call': 1} if half else {})   # paths reading half the bytes: their own floors (bf16: two products an instruction)
+        for p, speed in own.items():
+            if p in paths: floors[p], drams[p] = fl(rates['bandwidth_model_size_gbs'], nbytes / 2, speed), fl(rates['bandwidth_gbs'], nbytes / 2, speed)
+        row = {'weight_mb': round(nbytes / 2**20, 2), 'kv_mb': round(kv / 2**20, 2), 'fast_kernel': fast.kernel, 'fast_precision': fast.precision,
                'floor_ms': {T: round(f * 1e3, 3) for T, f in floor.items()}, 'dram_floor_ms': {T: round(f * 1e3, 3) for T, f in dram.items()},
                'floor_v': {T - 1: round(f / floor[1], 3) for T, f in floor.items()}}   # what v(k) is at best where t(1) sits on its floor
         for path in paths:
@@ -445,7 +476,8 @@ def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:in
                          'v': {T - 1: round(x / t[path][1], 3) for T, x in t[path].items()},
                          't1_over_floor': round(t[path][1] / floors[path][1], 2),
                          't1_over_dram_floor': round(t[path][1] / drams[path][1], 2)}
-            if path == 'bf16': row[path]['floor_ms'] = {T: round(f * 1e3, 3) for T, f in floors['bf16'].items()}
+            if path in own: row[path] |= {'floor_ms': {T: round(f * 1e3, 3) for T, f in floors[path].items()},
+                                          'dram_floor_ms': {T: round(f * 1e3, 3) for T, f in drams[path].items()}, 'weight_mb': round(nbytes / 2**21, 2)}
         out['models'][name] = row
     return out
 
@@ -458,22 +490,27 @@ def format_kernels(res:dict) -> str:
     lines = [f"{res['gpu'] + ' (host ' + cpu.get('model', '?') + ')' if res.get('gpu') else cpu.get('model', 'unknown processor')}; {res['preset']} preset, {res['threads']} threads, torch {res['torch']}; {res['context']} tokens cached",
              f"read bandwidth {m['bandwidth_gbs']:.1f} GB/s (large matrix: DRAM floor), {m['bandwidth_model_size_gbs']:.1f} GB/s (model-sized: floor); "
              f"fp32 products {m['matmul_gflops']:.1f} GFLOP/s" + (f" (torch), {m['peak_gflops']:.1f} at the cores' peak (the floor's)" if 'peak_gflops' in m else ''),
-             f"{'model':8s} {'path':9s} {'MB':>6s} {'floor':>6s} {'DRAM':>6s} {'t(1)':>6s} {'/floor':>6s} " + ' '.join(f'v({k})'.rjust(5) for k in range(1, 8))]
+             f"{'model':8s} {'path':15s} {'MB':>6s} {'floor':>6s} {'DRAM':>6s} {'t(1)':>6s} {'/floor':>6s} " + ' '.join(f'v({k})'.rjust(5) for k in range(1, 8))]
     for name, r in res['models'].items():
         if 'floor_v' in r:   # the floor itself as a path: v(k) where every pass sits on its floor
-            lines.append(f"{name:8s} {'floor':9s} {r['weight_mb']:6.1f} {at(r['floor_ms'], 1):6.2f} {at(r['dram_floor_ms'], 1):6.2f} {'':6s} {'':6s} "
+            lines.append(f"{name:8s} {'floor':15s} {r['weight_mb']:6.1f} {at(r['floor_ms'], 1):6.2f} {at(r['dram_floor_ms'], 1):6.2f} {'':6s} {'':6s} "
                          + ' '.join(f"{at(r['floor_v'], k):5.2f}" for k in range(1, 8)))
-        for path in ('fast', 'call', 'bf16', 'script', 'reference'):
+        f16 = '/fp16' if r.get('fast_precision') == 'fp16' else ''
+        for path in ('fast', 'fp32', 'call', 'bf16', 'script', 'reference'):
             if path not in r: continue
-            p, label = r[path], (f"fast:{r['fast_kernel']}" if path == 'fast' and 'fast_kernel' in r else f'fast:{path}' if path in ('bf16', 'call') else path)
+            p = r[path]
+            label = (f"fast:{r['fast_kernel']}{f16}" if path == 'fast' and 'fast_kernel' in r else 'fused/fp32' if path == 'fp32'
+                     else f'fast:{path}' if path in ('bf16', 'call') else path)
             fl = p.get('floor_ms', r['floor_ms'])
-            lines.append(f"{name:8s} {label:9s} {r['weight_mb']:6.1f} {at(fl, 1):6.2f} {at(r.get('dram_floor_ms', r['floor_ms']), 1):6.2f} "
+            lines.append(f"{name:8s} {label:15s} {p.get('weight_mb', r['weight_mb']):6.1f} {at(fl, 1):6.2f} {at(p.get('dram_floor_ms', r.get('dram_floor_ms', r['floor_ms'])), 1):6.2f} "
                          f"{at(p['t_ms'], 1):6.2f} {p['t1_over_floor']:6.2f} " + ' '.join(f"{at(p['v'], k):5.2f}" for k in range(1, 8)))
     new = any('kv_mb' in r for r in res['models'].values())
     if new:
         lines.append("floors: the weights and the keys and values cached, read at the bandwidth, or the products at their rate, whichever is longer; "
                      "fast:fused and fast:bf16 time the kernel's own pass (as the library's chains and rounds run it), fast:call the same pass called from Python")
     else: lines.append("(an earlier run: every path timed as a call from Python, floors without the keys and values cached)")
+    if any(r.get('fast_precision') == 'fp16' for r in res['models'].values()):
+        lines.append("fast:fused/fp16 reads the weights as saved (fp16 panels, fp32 arithmetic; the faster kind here, 12_fast_path): its floor is its own; fused/fp32 is the same kernel on fp32 panels")
     if any('bf16' in r for r in res['models'].values()):
         lines.append("fast:bf16 reads half the bytes of weights (bf16 pair panels) and multiplies two pairs an instruction: its floor is its own"
                      + ("" if new else " (in this run: half the floor shown)"))

@@ -12,8 +12,9 @@ from fastcore.basics import patch
 from .core import SmallemError, smallem_home
 
 # %% auto #0
-__all__ = ['KERNEL_SRC', 'PASS_STAGES', 'cpu_info', 'PassArgs', 'pack_panels', 'pack_panels_bf16', 'load_kernel', 'has_bf16',
-           'fused_fits', 'FusedPass', 'sample_logits', 'decide_sampled', 'product_times', 'stage_kernel', 'pass_stages']
+__all__ = ['KERNEL_SRC', 'PASS_STAGES', 'cpu_info', 'PassArgs', 'pack_panels', 'fp16_exact', 'pack_panels_bf16', 'load_kernel',
+           'has_bf16', 'fused_fits', 'FusedPass', 'sample_logits', 'decide_sampled', 'product_times', 'stage_kernel',
+           'pass_stages']
 
 # %% ../nbs/12a_fused_cpu.ipynb #dbdc75f4
 def cpu_info() -> dict:
@@ -849,6 +850,11 @@ def pack_panels(wT:torch.Tensor, half:bool=False) -> torch.Tensor:
     K, N = wT.shape
     p = wT.detach().float().reshape(K, N // 32, 32).permute(1, 0, 2).contiguous()
     return p.half() if half else p
+
+def fp16_exact(model) -> bool:
+    "Whether every weight of `model` is an fp16 number (as in a checkpoint saved in fp16): then fp16 panels hold exactly its values."
+    with torch.no_grad():
+        return all(torch.equal(p, p.half().float()) for p in model.parameters() if p.dtype == torch.float32)
 
 def pack_panels_bf16(wT:torch.Tensor) -> torch.Tensor:
     "[K, N] -> [N/32, K/2, 32, 2] bf16 (nearest even): the panels of `smallem_gemm_bf16`, rows 2p and 2p + 1 of each column side by side."

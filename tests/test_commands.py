@@ -40,7 +40,7 @@ REFUSED = [
     ('smallem_bench', ['--batch', '0'], 'must be >= 1'),
     ('smallem_bench', ['--preset', 'huge'], 'unknown preset'),
     ('smallem_bench', ['--reference', '--precision', 'bf16'], 'runs in fp32'),
-    ('smallem_bench', ['--precision', 'fp16'], 'invalid choice'),
+    ('smallem_bench', ['--precision', 'fp8'], 'invalid choice'),
     ('smallem_kernels', ['--reps', '1'], 'need --reps'),
     ('smallem_kernels', ['--preset', 'huge'], 'unknown preset'),
     ('smallem_kernels', ['--json', '/nonexistent/dir/k.json'], 'cannot write --json'),

@@ -109,9 +109,11 @@ def test_half_panels_compute_the_same_model(cpu_models, fast, name):
     assert _same_tokens_three_ways(h, m.cfg.vocab_size)
 
 def test_proposer_view(fast, cpu_models):
-    "`as_proposer`: a drafter's view in bf16 panels where the processor has AVX-512 BF16, else fp16 (and fp16 when asked), made once;"
-    " DraftProposer takes it; the scripted path has none and gives the model itself."
-    d = fast['draft2']; p = d.as_proposer()
+    "`as_proposer`: an fp32 drafter's view in bf16 panels where the processor has AVX-512 BF16, else fp16 (and fp16 when asked), made"
+    " once; a drafter already on fp16 panels (the default's choice on some machines) is its own view; DraftProposer takes it; the"
+    " scripted path has none and gives the model itself."
+    a = fast['draft2']; assert (a.as_proposer() is a) == (a.precision == 'fp16')
+    d = FastSmallem(cpu_models['draft2'], precision='fp32'); p = d.as_proposer()
     assert p is not d and (p.fused.bf16 if _BF16 else p.fused.half) and not (d.fused.half or d.fused.bf16) and p.as_proposer() is p and d.as_proposer() is p
     h = FastSmallem(cpu_models['draft2'], proposer_bf16=False).as_proposer(); assert h.fused.half and not h.fused.bf16
     assert DraftProposer(d).model is p
@@ -196,6 +198,38 @@ def test_bf16_pair_panels(K, N):
         assert torch.equal(ym, y[:M]), M
     with pytest.raises(F.SmallemError, match='even K'): F.pack_panels_bf16(W[:-1])
 
+def test_fp16_target(cpu_models, fast, prompts):
+    "`FastSmallem(precision='fp16')`: fp16 panels of the saved weights (exactly the model's values), fp32 arithmetic. The"
+    " reference model's function to float rounding like the fp32 panels, the same bits for a token whatever rows share its pass,"
+    " greedy identity for every proposer against its own plain decoding (4 prompts x 100 tokens, k = 1..3); refused where the"
+    " weights are not fp16 numbers; the default picks fp32 or fp16 by a measurement kept per machine and model shape."
+    from smallem_spec.core import SmallemError, smallem_home
+    from smallem_spec.fused import fp16_exact
+    import copy, hashlib, json
+    t32 = cpu_models['target']; h = FastSmallem(t32, precision='fp16'); f = FastSmallem(t32, precision='fp32')
+    assert h.fused.half and not f.fused.half and h.as_proposer() is h and 'fp16' in repr(h) and 'precision' not in repr(f)
+    assert h.weight_bytes() * 2 == f.weight_bytes()
+    x = torch.randint(1, t32.cfg.vocab_size, (3, 50), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        ref = t32(x); ds = []
+        for m in (h, f):
+            c = m.new_cache(capacity=[50] * 3); s = [c.new_seq() for _ in range(3)]; ds.append((m(x, c, s) - ref).abs().max().item())
+    assert max(ds) < 2e-4 and ds[0] > 0, ds   # float rounding both (measured ~1e-5), and a different rounding from fp32's
+    assert _same_tokens_three_ways(h, t32.cfg.vocab_size) and _same_tokens_three_ways(f, t32.cfg.vocab_size)
+    ps = prompts[:4]; plain = generate(h, ps, 100)
+    makers = {'draft2': lambda: DraftProposer(fast['draft2']), 'mtp': lambda: MTPProposer(h), 'ngram': lambda: ngram_for(h)}
+    for name, mk in makers.items():
+        for k in (1, 2, 3):
+            assert speculative_generate(h, mk(), ps, 100, k)[0] == plain, f"{name}, k={k}: differs from fp16 plain greedy"
+    moved = copy.deepcopy(t32)
+    with torch.no_grad(): moved.layers[0].attn.wo.weight[0, 0] += 1e-4   # no longer an fp16 number
+    assert fp16_exact(t32) and not fp16_exact(moved)
+    with pytest.raises(SmallemError, match='would round'): FastSmallem(moved, precision='fp16')
+    assert FastSmallem(moved).precision == 'fp32'   # the default never rounds a model's weights
+    known = json.loads((smallem_home() / 'kernels' / 'panels.json').read_text())
+    mine = [v for k, v in known.items() if k.startswith(cpu_info()['model']) and hashlib.sha256(F.KERNEL_SRC.encode()).hexdigest()[:12] in k and f"vocab {t32.cfg.vocab_size}" in k and f"dim {t32.cfg.dim}, {t32.cfg.n_layers} layers," in k]
+    assert len(mine) == 1 and fast['target'].precision == mine[0]['choice'] in ('fp32', 'fp16')
+
 @pytest.mark.skipif(not _BF16, reason="no AVX-512 BF16 on this processor (or not compiled in)")
 def test_bf16_passes(cpu_models, fast, prompts):
     "`FastSmallem(precision='bf16')`: a few parts in a thousand from the reference model (not its function to float"
@@ -217,7 +251,7 @@ def test_bf16_passes(cpu_models, fast, prompts):
         for k in (1, 2, 3):
             assert speculative_generate(b, mk(), ps, 100, k)[0] == plain, f"{name}, k={k}: differs from bf16 plain greedy"
     from smallem_spec.core import SmallemError
-    with pytest.raises(SmallemError, match='precision must be'): FastSmallem(t32, precision='fp16')
+    with pytest.raises(SmallemError, match='precision must be'): FastSmallem(t32, precision='fp8')
     with pytest.raises(SmallemError, match='fused CPU kernel'): FastSmallem(t32, kernel='script', precision='bf16')
 
 @pytest.mark.skipif(not _BF16, reason="no AVX-512 BF16 on this processor (or not compiled in)")
