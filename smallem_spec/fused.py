@@ -940,7 +940,7 @@ class FusedPass:
     "A trained Smallem's weights packed for the fused kernel, and the call that runs one pass (or one MTP pass) over a cache."
     def __init__(self, model, perm:torch.Tensor, lib=None,
                  half:bool=False,       # a proposer's passes: fp16 panels of the weights as trained, the norm gains kept apart
-                 mtp_half:bool=False,   # the MTP module's blocks in fp16 too (its head stays the target's): did not pay (below)
+                 mtp_half:bool=False,   # the MTP module's blocks in fp16 too (its head stays the target's): beside an fp32 target did not pay (below); an fp16 target takes it
                  bf16:bool=False,       # bf16 pair panels (gains folded) for every product, the head and the MTP module's included
                  mtp_bf16:bool=False):  # the MTP module alone in bf16 pair panels, with a bf16 copy of the head: a proposer's cheaper passes beside an fp32 target (below)
         self.lib = lib or load_kernel(required=True)
