@@ -84,8 +84,11 @@ static void NAME##_panel##RT(int K, const float *restrict X, long ldx, const WT 
 /* AVX2 (16 registers of 8 floats; LOAD##8 reads 8 weights into one). One or two rows take the whole panel row at once
    (4 sums a row: enough independent chains to hide the multiply-add's latency); three to six rows take its two halves
    of 16 columns in turn (2 sums a row; each k-step then reads one 64-byte line of the row, so nothing is read twice),
-   except three rows of fp32 panels: 12 sums, each multiply-add reading its 8 weights from the first-level cache (no
-   register is left to hold them), as llama.cpp's tinyBLAS plans its 3 x 4 tiles.
+   except three rows: 12 sums over the whole panel row. With fp32 panels each multiply-add reads its 8 weights from the
+   first-level cache (no register is left to hold them), as llama.cpp's tinyBLAS plans its 3 x 4 tiles; fp16 panels
+   must be widened into a register first, so their three rows hold x in three broadcast registers and widen one vector
+   of weights at a time (12 + 3 + 1: all sixteen registers; with x broadcast by an addition to a zero vector, one more,
+   and gcc kept a sum in memory, which made the loop wait on the store).
    Either way a column's sum runs over k in the same order whatever RT is. */
 #define RB 6
 #undef PF
@@ -96,15 +99,20 @@ static inline void st8(float *p, v8 v) { memcpy(p, &v, 32); }
 #define PANEL(NAME, WT, LOAD, RT) \
 static void NAME##_panel##RT(int K, const float *restrict X, long ldx, const WT *restrict P, float *restrict Y, long ldy, \
                              const float *restrict sc, int acc) { \
-  enum { NV = RT <= 2 || (RT == 3 && sizeof(WT) == 4) ? 4 : 2 };   /* vectors of 8 columns a row carries */ \
+  enum { NV = RT <= 3 ? 4 : 2, ONE = RT == 3 && sizeof(WT) == 2 };   /* vectors of 8 columns a row carries; one weight vector at a time */ \
   for (int h = 0; h < NB; h += 8 * NV) { \
     v8 a[RT][NV]; \
     for (int r = 0; r < RT; r++) for (int v = 0; v < NV; v++) a[r][v] = (v8){0}; \
     for (int k = 0; k < K; k++) { \
       for (int v = 0; v < NV; v += 2) __builtin_prefetch(P + (k + PF) * NB + h + 8 * v); \
-      v8 w[NV]; \
-      for (int v = 0; v < NV; v++) { w[v] = LOAD##8(P + k * NB + h + 8 * v); if (NV == 2 || RT <= 2) __asm__("" : "+x"(w[v])); } \
-      for (int r = 0; r < RT; r++) { float xv = X[r * ldx + k]; for (int v = 0; v < NV; v++) a[r][v] += xv * w[v]; } \
+      if (ONE) { \
+        v8 xb[RT]; for (int r = 0; r < RT; r++) { float xv = X[r * ldx + k]; xb[r] = (v8){xv, xv, xv, xv, xv, xv, xv, xv}; } \
+        for (int v = 0; v < NV; v++) { v8 wv = LOAD##8(P + k * NB + h + 8 * v); for (int r = 0; r < RT; r++) a[r][v] += xb[r] * wv; } \
+      } else { \
+        v8 w[NV]; \
+        for (int v = 0; v < NV; v++) { w[v] = LOAD##8(P + k * NB + h + 8 * v); if (NV == 2 || RT <= 2) __asm__("" : "+x"(w[v])); } \
+        for (int r = 0; r < RT; r++) { float xv = X[r * ldx + k]; for (int v = 0; v < NV; v++) a[r][v] += xv * w[v]; } \
+      } \
     } \
     for (int r = 0; r < RT; r++) for (int v = 0; v < NV; v++) { \
       v8 s = a[r][v] * sc[r]; \

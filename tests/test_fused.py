@@ -158,13 +158,15 @@ def test_avx2_kernel_computes_the_same_model(tmp_path, cpu_models, prompts, monk
     "The kernel built for AVX2 (`-march=haswell`: 8-lane vectors, a panel row whole for one to three rows and in two halves"
     " of 16 columns for four to six, 6 rows a block), also on a processor with AVX-512: a token's logits are the same bits alone, among the 3 or 4 rows of a verify"
     " pass and in a batch of 8; they are the reference model's to float rounding; greedy texts equal the reference's, plain"
-    " and with the MTP module's rounds; fp16 panels (a proposer's) keep their rows independent too."
+    " and with the MTP module's rounds; fp32 and fp16 panels of the target and a proposer's fp16 ones keep their rows independent."
     flags = [f if f != '-march=native' else '-march=haswell' for f in F._FLAGS]
     monkeypatch.setattr(F, '_FLAGS', flags)
     F._build(F.KERNEL_SRC, tmp_path / 'k.so', 'gcc')
     monkeypatch.setattr(F, '_lib', F._bind(ctypes.CDLL(str(tmp_path / 'k.so'))))
     ref = cpu_models['target']; t = FastSmallem(ref)
     assert t.kernel == 'fused' and _same_tokens_three_ways(t, t.cfg.vocab_size)
+    other = FastSmallem(ref, precision='fp32' if t.precision == 'fp16' else 'fp16')   # both kinds of the target's panels (three rows: two tiles)
+    assert _same_tokens_three_ways(other, t.cfg.vocab_size)
     h = FastSmallem(cpu_models['draft2'], proposer_bf16=False).as_proposer(); assert h.fused.half
     assert _same_tokens_three_ways(h, cpu_models['draft2'].cfg.vocab_size)
     x = torch.randint(1, ref.cfg.vocab_size, (2, 24), generator=torch.Generator().manual_seed(7))
