@@ -111,7 +111,8 @@ class FastSmallem:
         if proposer_bf16 and not bf: raise SmallemError("bf16 proposing passes need the fused CPU kernel on a processor with AVX-512 BF16")
         if proposer_bf16 and precision == 'fp16': raise SmallemError("bf16 proposing passes beside an fp16 target are not built: ask for one or the other")
         self.proposer_bf16 = bf and precision != 'fp16' if proposer_bf16 is None else proposer_bf16
-        self.precision = precision or 'fp32'
+        auto = precision is None and self.kernel == 'fused' and not self.proposer_bf16 and fp16_exact(model)   # the measured kind (below)
+        self.precision = _panels_choice(model, perm) if auto else precision or 'fp32'
         h = self.precision == 'fp16'   # fp16 panels for the MTP module's blocks too: half the bytes of its blocks (12a_fused_cpu times its step)
         self.fused = FusedPass(model, perm, half=h, mtp_half=h, bf16=self.precision == 'bf16', mtp_bf16=self.proposer_bf16) if self.kernel == 'fused' else None
         self.page_size = page_size or c.max_seq_len
@@ -119,16 +120,14 @@ class FastSmallem:
         if self.graphs and self.page_size != c.max_seq_len: raise SmallemError("captured graphs need one page per sequence")
         self._pools, self._graphs, self._live, self._spare = {}, {}, {}, {}
         if c.max_seq_len % self.page_size: raise SmallemError(f"page size {self.page_size} does not divide the context {c.max_seq_len}")
-        if precision is None and self.kernel == 'fused' and not self.proposer_bf16 and fp16_exact(model) and _panels_choice(self, perm) == 'fp16':
-            self.fused, self.precision = FusedPass(model, perm, half=True, mtp_half=True), 'fp16'   # the same model's values, half the bytes (below)
     training = False                      # inference only; `eval`/`train` exist so evaluation code takes it
     @property
     def device(self): return self.model.device
 
 # %% ../nbs/12_fast_path.ipynb #6c287974
-def _panels_choice(fast:FastSmallem, perm:torch.Tensor, context:int=64, reps:int=10, rounds:int=4) -> str:
+def _panels_choice(model:Smallem, perm:torch.Tensor, context:int=64, reps:int=10, rounds:int=4) -> str:
     "'fp16' where fp16 panels of this model's weights run its passes over 1 to 4 tokens in at least 5% less time in all than fp32 panels on this machine, else 'fp32': measured once per processor, thread count, kernel and model shape (the two kinds in turn), kept in `$SMALLEM_HOME/kernels/panels.json`."
-    c, info = fast.cfg, cpu_info()
+    c, info = model.cfg, cpu_info()
     key = ' | '.join([info['model'], ' '.join(info['vector_flags']), f"{info['threads']} threads", hashlib.sha256(KERNEL_SRC.encode()).hexdigest()[:12],
                       f"dim {c.dim}, {c.n_layers} layers, ffn {c.ffn_dim}, {c.n_heads} heads, vocab {c.vocab_size}"])
     path = smallem_home() / 'kernels' / 'panels.json'; path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,10 +135,10 @@ def _panels_choice(fast:FastSmallem, perm:torch.Tensor, context:int=64, reps:int
         known = json.loads(path.read_text()) if path.exists() else {}
         if key not in known:
             ctx = min(context, c.max_seq_len - 4)
-            cache = FastKVCache(c.n_layers, c.n_heads, c.head_dim, 1, c.max_seq_len, c.max_seq_len, device=fast.device, dtype=torch.float32)
+            cache = FastKVCache(c.n_layers, c.n_heads, c.head_dim, 1, c.max_seq_len, c.max_seq_len, device=model.device, dtype=torch.float32)
             s = cache.new_seq(); cache.append([s], [ctx + 4])   # keys and values left at zero: the same work as any others
             g = torch.Generator().manual_seed(0); xs = [torch.randint(1, c.vocab_size, (1, T), generator=g) for T in (1, 2, 3, 4)]
-            kinds = {'fp32': fast.fused, 'fp16': FusedPass(fast.model, perm, half=True)}; acc = {k: [] for k in kinds}
+            kinds = {'fp32': FusedPass(model, perm), 'fp16': FusedPass(model, perm, half=True)}; acc = {k: [] for k in kinds}   # built only to be timed
             for r in range(rounds):
                 for k in (list(kinds) if r % 2 == 0 else list(kinds)[::-1]): acc[k].append(sum(kinds[k].time_passes(cache, [s], [ctx], xs, reps)))
             ms = {k: statistics.median(v) * 1e3 for k, v in acc.items()}
