@@ -1224,7 +1224,10 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
                         log += [(K, x[0::2], x[1::2]) for x in rl]
                         if k_policy is not None:   # each round's own seconds and its share of the Python before and after the call (the catch-up the first's)
                             extra, vf = (clock() - tc - sum(rs) - tcu) / len(rl), ({'verify': sv / len(rl)} if getattr(k_policy, 'verify_price', None) else {})   # the call's verify passes: the host's speed while it ran
-                            for j, x in enumerate(rl): k_policy.update(K, x[1::2], x[0::2], seconds=rs[j] + extra + (tcu if j == 0 else 0.0), more=j > 0, **vf)
+                            secs = [rs[j] + extra + (tcu if j == 0 else 0.0) for j in range(len(rl))]
+                            if hasattr(k_policy, 'update_rounds'): k_policy.update_rounds(K, [(x[1::2], x[0::2]) for x in rl], secs, **vf)   # one report for the call
+                            else:
+                                for j, x in enumerate(rl): k_policy.update(K, x[1::2], x[0::2], seconds=secs[j], more=j > 0, **vf)
                     else:
                         if temperature > 0:           # the decision's uniforms, then the next guesses': the loop of 05's order
                             u = ubuf.get((B, K))

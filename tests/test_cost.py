@@ -273,8 +273,8 @@ def test_adaptive_counts_the_time_its_rounds_are_not_reported_with(monkeypatch):
     "a catch-up of 2 steps, 8 texts of 200 tokens, mean of 8 seeds, rounds in calls as the fused loop runs them (one by"
     "one, as in the loop of 05_greedy, a round's seconds come from the loop's clock and hold that time). The policy prices each"
     "round with its share of what its call's seconds missed and keeps its ledger by the wall clock, so it stays within 2% of"
-    "plain decoding; the control that knows only the reported seconds (the ledger and prices of before) speculates and"
-    "loses over 2.5%. Where the seconds are the whole cost, the two are the same but for rounding (a difference of clock readings is not the sum"
+    "plain decoding (1.4%); the control that knows only the reported seconds (the ledger and prices of before) speculates and"
+    "loses over 2% (2.4%; 3.2% before a k not yet timed and priced to lose ran only a probe's length). Where the seconds are the whole cost, the two are the same but for rounding (a difference of clock readings is not the sum"
     "of the seconds to the last bit, and a threshold may fall the other way once in a run)."
     import statistics
     class SecondsOnly(AdaptiveK):
@@ -283,7 +283,7 @@ def test_adaptive_counts_the_time_its_rounds_are_not_reported_with(monkeypatch):
     run = lambda policy, calls, overhead: statistics.mean(_simulate_timed(monkeypatch, alpha=0.65, round_cost_of=cost, catchup=2.0, seed=s,
                                                                            calls=calls, overhead=overhead, policy=policy) for s in range(8))
     walled, control = run(AdaptiveK, True, 0.15), run(SecondsOnly, True, 0.15)
-    assert walled <= 1.02 and control > 1.025, (walled, control)
+    assert walled <= 1.02 and control > 1.02, (walled, control)
     assert abs(run(AdaptiveK, True, 0.0) - run(SecondsOnly, True, 0.0)) < 0.002   # (the wall clock's differences round apart from the seconds)
     # by hand: a call of two rounds reported with 1.5 s each, 4 s on the wall clock since the last report, plain steps of 1 s:
     # the ledger takes the 4 s against the 4 tokens (no loss, no gain), the rounds' prices their 1.5 s, and the next choice
@@ -408,24 +408,25 @@ def test_adaptive_lets_a_marginal_loser_go_once_timed(monkeypatch):
     "The draft4-like drafter of `_draft4_like`. The z = 1 hope is for thin evidence: once the best k has been timed in 64"
     "rounds the estimates alone decide, and the hope is bounded by the loss budget (next test), so the policy stays within"
     "2.5% of plain decoding (1.9% here); the control that hopes forever and unbounded (as before both bounds) keeps"
-    "speculating and loses over 4% (4.6%)."
+    "speculating and loses more (2.9%; 4.6% before a k not yet timed and priced to lose ran only a probe's length)."
     import math
     hoped_once, hoped_always = _draft4_like(monkeypatch), _draft4_like(monkeypatch, z_rounds=10**9, hope_loss=math.inf)
-    assert hoped_once <= 1.025 and hoped_always > 1.04, (hoped_once, hoped_always)
+    assert hoped_once <= 1.025 and hoped_always > hoped_once + 0.008, (hoped_once, hoped_always)
 
 def test_adaptive_hope_is_bounded_by_the_loss_budget(monkeypatch):
     "The draft4-like drafter of `_draft4_like` with a catch-up of 6 plain steps after plain ones (what draft4's first round"
     "paid in a trace on the AMD EPYC, where its hope ran three calls of 32 rounds that lost 55 plain steps in all before the"
     "estimates let it go). While only the hope speculates (the estimate of the best k does not pay), the policy stops"
-    "once its timed rounds have lost more than the budget allows plus two probes' worth (`hope_loss` = 2): 2.2% slower"
-    "than plain decoding (1.0221) against 3.1% (1.0308) without the bound; with a hope that never expires (z_rounds huge)"
-    "the bound alone keeps it at 2.2%, against 5.9% without it. (A bound of one probe did better here, 1.4%, but sent the"
+    "once its timed rounds have lost more than the budget allows plus two probes' worth (`hope_loss` = 2): 1.9% slower"
+    "than plain decoding (1.0189) against 2.6% (1.0258) without the bound; with a hope that never expires (z_rounds huge)"
+    "the bound alone keeps it at 1.9%, against 3.8% without it (before a k not yet timed and priced to lose ran only a"
+    "probe's length: 2.2% against 3.1%, and 2.2% against 5.9%). (A bound of one probe did better here, 1.4%, but sent the"
     "stalled probe of `test_adaptive_probe_in_a_bad_moment` to plain steps.)"
     import math
     bound, unbound = _draft4_like(monkeypatch, catchup=6.0), _draft4_like(monkeypatch, catchup=6.0, hope_loss=math.inf)
-    assert bound <= 1.025 and unbound > 1.028, (bound, unbound)
+    assert bound <= 1.022 and unbound > bound + 0.005, (bound, unbound)
     forever, forever_unbound = (_draft4_like(monkeypatch, catchup=6.0, z_rounds=10**9, **kw) for kw in ({}, dict(hope_loss=math.inf)))
-    assert forever <= 1.025 and forever_unbound > 1.05, (forever, forever_unbound)
+    assert forever <= 1.022 and forever_unbound > 1.035, (forever, forever_unbound)
 
 def test_grid_row_prices_the_passes_timed_around_its_group():
     "The plain runs around a group also time the target's passes over 1..kmax+1 tokens (`pass_t`, as `measure_costs` times"
@@ -492,3 +493,51 @@ def test_adaptive_prices_rounds_by_their_own_verify_pass(monkeypatch):
     pol = AdaptiveK(6, 0.5, lambda j: 1.0, unit=1.0, step=2.0, verify_price=lambda j: 1.5); pol._t0, pol._prev, pol.t_plain = 0.0, 2, 1.0
     pol.update(2, [1], [2], seconds=4.0, verify=3.0)
     assert pol.scale() == 0.5 and pol.costs[2] == 1.0 and pol.host == 0.0 and pol.ledger == 1.0 - 2.0
+
+def test_adaptive_update_rounds_is_update_round_by_round(monkeypatch):
+    "The fused loop reports a call's rounds at once (`update_rounds`): over 60 calls of a random mix (k from the policy's"
+    "own choices, 1 to 32 rounds a call, random acceptance and seconds, plain stretches between), its state is the one"
+    "`update` reaches round by round, to float rounding, and so are its choices. The control: a report that drops the"
+    "last round of each call (as a loop counting from the wrong end would) is told apart."
+    import random, math, smallem_spec.cost as cost_mod
+    now = [0.0]; monkeypatch.setattr(cost_mod.time, 'perf_counter', lambda: now[0])
+    def drive(report, seed=0):
+        rng = random.Random(seed); pol = AdaptiveK(6, 0.3, lambda j: 1.0 + 0.1 * j, step=1.2, verify_price=lambda j: 1.0 + 0.1 * j)
+        pol.start(); choices, states = [], []
+        for _ in range(60):
+            k = pol.choose(); choices.append((k, pol.steps))
+            if k == 0:
+                now[0] += pol.steps * 1.1; pol.update(0, [0], [0], steps=pol.steps); continue
+            rounds = [([n := min(k, int(rng.expovariate(0.7)))], [k]) for _ in range(rng.randint(1, 32))]
+            secs = [rng.uniform(1.0, 2.0) * (1 + 0.3 * k) for _ in rounds]; now[0] += sum(secs) + 0.05 * len(rounds)
+            report(pol, k, rounds, secs, verify=1.0 + 0.1 * k)
+            states.append((pol.acc[:], pol.seen[:], dict(pol.costs), pol.host, dict(pol.timed_rounds), pol.rounds, pol._burst, pol.done, pol.ledger, pol.over))
+        return choices, states
+    def one_by_one(pol, k, rounds, secs, verify):
+        for j, (na, ks) in enumerate(rounds): pol.update(k, na, ks, seconds=secs[j], more=j > 0, verify=verify)
+    batched = lambda pol, k, rounds, secs, verify: pol.update_rounds(k, rounds, secs, verify=verify)
+    dropped = lambda pol, k, rounds, secs, verify: pol.update_rounds(k, rounds[:-1] or rounds, secs[:-1] or secs, verify=verify)
+    def same(a, b):
+        if isinstance(a, dict): return a.keys() == b.keys() and all(same(a[x], b[x]) for x in a)
+        if isinstance(a, (list, tuple)): return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+    for seed in range(3):
+        (c1, s1), (c2, s2) = drive(one_by_one, seed), drive(batched, seed)
+        assert c1 == c2 and same(s1, s2), seed
+        assert any(k > 0 for k, _ in c1) and any(k == 0 for k, _ in c1)   # both kinds of report ran
+    assert not same(drive(one_by_one)[1], drive(dropped)[1])
+
+def test_adaptive_untimed_k_priced_to_lose_runs_a_probes_length():
+    "Outside a probe, a k whose prices say it loses but which has not been timed yet runs `probe_rounds` rounds (enough to"
+    "time it), not `ahead`: a trace of draft2 at T = 1 on the AMD EPYC without AVX-512 showed such a k run 32 rounds at"
+    "about x0.85 before the policy could let it go. A k priced to pay still runs `ahead` rounds; once the losing k is timed"
+    "(and past the hope of thin evidence), plain steps."
+    def ready(c):
+        pol = AdaptiveK(6, c, lambda j: 1.5); pol.t_plain, pol.hopeless, pol._burst, pol._timed_at = 1.0, False, 0, 0
+        return pol
+    pol = ready(0.5); k = pol.choose()
+    assert k >= 1 and max(pol.gains().values()) < 1.0 and pol.steps == pol.probe_rounds == 4
+    pol.timed_rounds[k], pol.costs[k], pol._ts[k] = 100, pol.cost(k), [pol.cost(k)]
+    assert pol.choose() == 0 and pol.steps >= pol.probe_every
+    pays = ready(0.01); pays.acc, pays.seen = [9.0] * 6, [10.0] * 6
+    assert pays.choose() >= 1 and pays.steps == pays.ahead == 32
