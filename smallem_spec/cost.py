@@ -201,7 +201,7 @@ def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=
 # %% ../nbs/09_cost_model.ipynb #a8896f87
 @patch
 def update_rounds(self:AdaptiveK, k:int, rounds:list, seconds:list[float], verify:float|None=None):
-    "The rounds of one call at k reported at once (the fused loop of 12a_fused_cpu): `rounds` [(n_accepted, ks)] in order, `seconds` each one's own (the first holding the call's catch-up), `verify` a round's verify pass. The state `update` reaches with the first reported as after a choice and the rest `more`, up to float rounding, in one pass of the interpreter instead of one a round (about 3% of a round at B = 1 on a 2-core AMD EPYC)."
+    "The rounds of one call at k reported at once (the fused loop of 12a_fused_cpu): `rounds` [(n_accepted, ks)] in order, `seconds` each one's own (the first holding the call's catch-up), `verify` a round's verify pass. The state `update` reaches with the first reported as after a choice and the rest `more`, up to float rounding, in one pass of the interpreter instead of one a round (the cell below times both)."
     if not rounds: return
     self.update(k, *rounds[0], seconds=seconds[0], **({'verify': verify} if verify is not None else {}))   # the first: the wall clock since the last report, a catch-up
     n = len(rounds) - 1
