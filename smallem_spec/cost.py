@@ -79,7 +79,8 @@ class AdaptiveK:
                  explore:float=0.05,       # a k not yet timed, priced by the prior alone, replaces a timed k that pays only where predicted this much better
                  hope_loss:float=2.0,      # the z hope lasts while the rounds' losses stay within the budget plus this many probes' worth (inf: unbounded)
                  step:float|None=None,     # a plain step in the prior's unit, measured with it (t_step / t(1)): prices in plain steps without the loop's clock
-                 verify_price=None):       # k -> the verify pass of a round at k in the prior's unit, measured with it: a round timed with its own verify pass is priced by their ratio
+                 verify_price=None,        # k -> the verify pass of a round at k in the prior's unit, measured with it: a round timed with its own verify pass is priced by their ratio
+                 calibrate:bool=True):     # correct that ratio by what the plain steps timed just before a call of rounds said (median of the last nine such pairs, per k)
         if kmax < 1: raise SmallemError(f"kmax must be >= 1 (got {kmax})")
         self.kmax, self.c, self.v, self.host, self.decay, self.prior = kmax, c, v, host, decay, prior
         self.acc, self.seen = [0.0] * kmax, [0.0] * kmax
@@ -95,6 +96,7 @@ class AdaptiveK:
         self.hope, self.hopeless = hope, None                     # decided at the first choice, from the costs known beforehand
         self.unit, self.n0, self.z, self.z_rounds, self.explore = unit, n0, z, z_rounds, explore
         self.hope_loss, self.step, self.verify_price = hope_loss, step, verify_price
+        self.calibrate, self._cal, self._fresh = calibrate, {}, None   # k -> the last nine ratios of a plain step timed to the one its next call's verify passes implied; the last stretch's, not yet paired
         self._tw = None                                 # the clock when the last report came: each report owns the wall time since the one before (choices, bookkeeping, reports)
         self.over, self._ov, self._call = 0.0, [], [0.0, 0.0, 0, 1.0]   # a round's share of the wall time its call's seconds miss, in plain steps (the last nine); the call so far: wall, seconds, rounds, unit
 
@@ -120,6 +122,16 @@ class AdaptiveK:
         "Predicted speed-up of each k: expected tokens over cost (`z`: with the optimistic acceptance of `alphas`)."
         a = self.alphas(z)
         return {k: expected_tokens_pos(a[:k]) / self.cost(k) for k in range(1, self.kmax + 1)}
+
+    def _unit(self, k:int, verify:float|None) -> float|None:
+        "A plain step now, in seconds: from a round's verify pass where the prices allow (the host's speed of that very call), corrected by the ratio the plain steps timed just before such calls showed; else the last plain steps timed."
+        if not (verify and self.step and self.verify_price): return self.t_plain
+        u = verify * self.step / self.verify_price(k)
+        if self.calibrate:
+            if self._fresh is not None: self._cal[k] = (self._cal.get(k, []) + [self._fresh / u])[-9:]; self._fresh = None   # a stretch and the call right after it: one pair
+            r = self._cal.get(k) or [x for v in self._cal.values() for x in v]   # this k's pairs, else every k's
+            if r: u *= sorted(r)[len(r) // 2]
+        return u
 
     def start(self):
         "A new generation begins: its first round pays the proposer's reading of the prompt, so it is not timed; the ledger's wall clock starts."
@@ -170,7 +182,7 @@ def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=
         if dt is not None and (steps > max(w, self.warm) or (first and steps > w) or self.t_plain is None):
             # the median of the last nine stretches, past their first w steps: one stretch the machine stalled in would price
             # every round low, and so would the steps right after rounds, which read weights the proposer pushed out of cache
-            self._tp = (self._tp + [(dt - tw) / (steps - w)])[-9:]; self.t_plain = sorted(self._tp)[len(self._tp) // 2]
+            self._tp = (self._tp + [(dt - tw) / (steps - w)])[-9:]; self.t_plain = sorted(self._tp)[len(self._tp) // 2]; self._fresh = self._tp[-1]
             if w and prev != 0:   # what those first steps paid beyond the unit: part of what a probe costs
                 self._sw = (self._sw + [tw / self.t_plain - w])[-9:]; self.switch = max(0.0, sorted(self._sw)[len(self._sw) // 2])
         if dt is not None and self.t_plain and prev != 0:   # the ledger, after rounds: the wall time around the stretch, and its cold steps beyond the unit (costs of having speculated)
@@ -178,7 +190,7 @@ def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=
         self._left = 0 if (self._timing or self.k != 0) else max(0, self.steps - steps)   # the rest of a stretch goes on in the next text (not the steps of rounds that had no guess left to make)
         self.done += steps
         return
-    unit = verify * self.step / self.verify_price(k) if (verify and self.step and self.verify_price) else self.t_plain   # a plain step now, in seconds: from the round's own verify pass where known (the host's speed of this very call), else the last plain steps timed
+    unit = self._unit(k, verify)   # a plain step now, in seconds: from the round's own verify pass where known (the host's speed of this very call), else the last plain steps timed
     if dt is not None and unit: c = self._call; c[0] += wall; c[1] += dt; c[2] += 1; c[3] = unit   # the call so far (for `over`, at the next choice)
     if dt is not None and unit and prev == 0 and k in self.costs:   # after plain steps the proposer catches up: what that costs
         self._cu = (self._cu + [dt / unit + self.over - self.cost(k)])[-9:]; self.catchup = max(0.0, sorted(self._cu)[len(self._cu) // 2])
@@ -207,7 +219,7 @@ def update_rounds(self:AdaptiveK, k:int, rounds:list, seconds:list[float], verif
     n = len(rounds) - 1
     if not n: return
     self.rounds += n; self._burst = max(0, self._burst - n)
-    unit = verify * self.step / self.verify_price(k) if (verify and self.step and self.verify_price) else self.t_plain
+    unit = self._unit(k, verify)
     if self.timed and self._t0 is not None and unit:   # each its own price, as `update` prices a round after another
         cs = [s / unit + self.over for s in seconds[1:]]; c = self._call; c[1] += sum(seconds[1:]); c[2] += n; c[3] = unit
         self._ts[k] = (self._ts[k] + cs)[-9:] if k in self._ts else cs[-9:]; self.costs[k] = sorted(self._ts[k])[len(self._ts[k]) // 2]
