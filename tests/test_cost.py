@@ -508,7 +508,7 @@ def test_adaptive_update_rounds_is_update_round_by_round(monkeypatch):
             k = pol.choose(); choices.append((k, pol.steps))
             if k == 0:
                 now[0] += pol.steps * 1.1; pol.update(0, [0], [0], steps=pol.steps); continue
-            rounds = [([n := min(k, int(rng.expovariate(0.7)))], [k]) for _ in range(rng.randint(1, 32))]
+            rounds = [([min(k, int(rng.expovariate(0.7)))], [k]) for _ in range(rng.randint(1, 32))]
             secs = [rng.uniform(1.0, 2.0) * (1 + 0.3 * k) for _ in rounds]; now[0] += sum(secs) + 0.05 * len(rounds)
             report(pol, k, rounds, secs, verify=1.0 + 0.1 * k)
             states.append((pol.acc[:], pol.seen[:], dict(pol.costs), pol.host, dict(pol.timed_rounds), pol.rounds, pol._burst, pol.done, pol.ledger, pol.over))
