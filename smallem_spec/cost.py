@@ -201,14 +201,19 @@ def update(self:AdaptiveK, k:int, n_accepted:list[int], ks:list[int], steps:int=
         self.timed_rounds[k] = self.timed_rounds.get(k, 0) + 1
         self._hs = (self._hs + [cost - round_cost(k, self.c, self.v) * self.scale()])[-9:]
         self.host = sorted(self._hs)[len(self._hs) // 2]    # the median excess over k c + v(k): the prior's offset
-    made = sum(n + 1 for n in n_accepted) / len(n_accepted) if n_accepted else 1.0   # tokens a row: what plain steps would have taken
+    made = self._count(n_accepted, ks)
     if dt is not None and unit: self.ledger += wall / unit - made     # every timed round by the wall clock, the catch-ups, the choices and gains included
     self.done += made
+
+@patch
+def _count(self:AdaptiveK, n_accepted:list[int], ks:list[int]) -> float:
+    "A round's acceptance into the decayed counts: each row's positions reached, and which of them were kept; returns the tokens a row it made (what plain steps would have taken)."
     self.acc = [a * self.decay for a in self.acc]; self.seen = [s * self.decay for s in self.seen]
     for n, kb in zip(n_accepted, ks):
         for j in range(min(n + 1, kb)):
             self.seen[j] += 1
             if j < n: self.acc[j] += 1
+    return sum(n + 1 for n in n_accepted) / len(n_accepted) if n_accepted else 1.0
 
 # %% ../nbs/09_cost_model.ipynb #a8896f87
 @patch
@@ -226,15 +231,7 @@ def update_rounds(self:AdaptiveK, k:int, rounds:list, seconds:list[float], verif
         self.timed_rounds[k] = self.timed_rounds.get(k, 0) + n
         base = round_cost(k, self.c, self.v) * self.scale()
         self._hs = (self._hs + [x - base for x in cs[-9:]])[-9:]; self.host = sorted(self._hs)[len(self._hs) // 2]
-    acc, seen, d, made = self.acc, self.seen, self.decay, 0.0
-    for na, ks in rounds[1:]:
-        acc = [a * d for a in acc]; seen = [s * d for s in seen]
-        for m, kb in zip(na, ks):
-            for j in range(min(m + 1, kb)):
-                seen[j] += 1
-                if j < m: acc[j] += 1
-        made += sum(m + 1 for m in na) / len(na) if na else 1.0
-    self.acc, self.seen = acc, seen
+    made = sum(self._count(na, ks) for na, ks in rounds[1:])
     if self.timed and self._t0 is not None and unit: self.ledger -= made   # their wall time is the first's report's (the call's), and the next report's
     self.done += made
     if self.timed: self._tw = time.perf_counter()
