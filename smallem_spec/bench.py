@@ -234,16 +234,17 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
             else: c0, c = cst['prop'][T][p]; rho = _rho(cst, T, p) if ('rho_k' in cst or 'rho' in cst) else None
             t_unit = (lambda kk, t1=t1, rho=rho: rho(kk) * t1) if rho is not None else statistics.median(   # the verify pass as the loop paid it at each k, else a plain step without sampling (costs without rho)
                 b['seconds'] / b['passes'] for b, *_ in raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)]))
-            host = st.t_host / st.rounds                               # host time per round, measured in the run
+            host = st.t_host / st.rounds                               # host time per round, measured in the run (the prompt's pass spread over the rounds)
+            loop = (st.t_host - st.t_parts.get('prefill', 0.0)) / st.rounds   # ... without it: what a round spends beyond its passes, guesses and decision
             occ = st.row_rounds / res['row_slots']                     # < 1 at batch > 1: the batch waits for its slowest row
             pred = _predict(alphas, st.k_used, c, v, t_step, host, cst['s_lookup' if p == 'ngram' else 's'][T], occ, t_unit, t1, c0)
-            reps.append(dict(pred=pred, ratio=res['tokens'] / res['seconds'] / bt / pred, st=st, alphas=alphas, host=host, occ=occ,
+            reps.append(dict(pred=pred, ratio=res['tokens'] / res['seconds'] / bt / pred, st=st, alphas=alphas, host=host, loop=loop, occ=occ,
                              t_step=t_step, t_unit=t_unit, t1=t1, drift=drift, v=v, c=c, c0=c0, rho=rho))
         m = sorted(reps, key=lambda x: x['pred'])[len(reps) // 2]   # the median prediction's repeat: its terms are the row's
         at_k = lambda f: f(k) if isinstance(k, int) else statistics.mean(f(j) for j in range(1, ADAPTIVE_KMAX + 1))   # a k-dependent term: at the row's k, else its mean
         st, pp = m['st'], m['st'].pos_proposed
         row.update(alpha_per_position=[round(a, 4) if n else None for a, n in zip(m['alphas'], pp)],
-                   host_per_round=round(m['host'] / m['t1'], 3), occupancy=round(m['occ'], 3), t_step_ms=round(m['t_step'] * 1e3, 4),
+                   host_per_round=round(m['host'] / m['t1'], 3), loop_per_round=round(m['loop'] / m['t1'], 3), occupancy=round(m['occ'], 3), t_step_ms=round(m['t_step'] * 1e3, 4),
                    t_unit_ms=round((at_k(m['t_unit']) if callable(m['t_unit']) else m['t_unit']) * 1e3, 4), t1_ms=round(m['t1'] * 1e3, 4), drift=round(m['drift'], 3),
                    v_window=round(at_k(lambda j: m['v'][j]), 3), pass_drift=round(m['t1'] / cst['t1'], 3),
                    tokens_per_round=round(st.tokens_per_round, 3), verify_scale=None if m['rho'] is None else round(at_k(m['rho']), 3),
@@ -356,6 +357,9 @@ def verdict(result:dict) -> str:
     if losers:
         out.append("in greedy mode slower than the target alone at every k: " + ', '.join(
             f"{p} (its guess costs c = {cst['c'][p]:.2f} of a target pass)" for p in losers if p in cst['c']))
+    lp = [r['loop_per_round'] for r in rows if r['batch'] == B and r.get('loop_per_round') is not None and r.get('path') == 'fast']
+    if lp:   # the loop's own time (the prompts' pass apart): what a round costs beyond what the cost model prices
+        out.append(f"beyond its passes, its guesses and its decision a round spent {min(lp):.2f}-{max(lp):.2f} of a one-token pass in the loop")
     if near:
         out.append(f"the target alone's speed moved by up to {noise:.0%} between its runs at the two ends of a group of rows; each row's "
                    f"speed-up is over its own runs of the target alone (at batch 1 beside it prompt by prompt), whose two halves differed by a median of {' and '.join(f'{v:.0%} (' + ('greedy' if T == 0 else f'T={T:g}') + ')' for T, v in sorted(near.items()))}, so differences "

@@ -1167,7 +1167,7 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
     cache = target.new_cache(capacity=cap); sids = [cache.new_seq() for _ in prompts]
     log = []
     try:
-        logits, hid = prefill(target, cache, sids, prompts, return_hidden=True)
+        t0 = clock(); logits, hid = prefill(target, cache, sids, prompts, return_hidden=True); tp['prefill'] = clock() - t0   # the prompts' pass: a part of its own
         out = [[t] for t in (sample_logits(logits, temperature, generator) if temperature > 0 else logits.argmax(-1)).tolist()]; last = [o[0] for o in out]
         proposer.start(prompts, list(last), hid if mtp else None, [c + 2 * k for c in cap])
         pc = proposer.cache; pc.max_len = L + 2 * k   # room for a round's chained guesses

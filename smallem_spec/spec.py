@@ -124,7 +124,7 @@ def check_proposer(target:Smallem, proposer:Proposer):
         raise SmallemError(f"proposer tokenizer {b.get('tokenizer_hash')} differs from the target's {a.get('tokenizer_hash')}")
 
 # %% ../nbs/05_greedy.ipynb #ec43ebf4
-PARTS = ('propose', 'verify', 'decide', 'keep', 'accept', 'bookkeeping')   # where a round's time goes (stats.t_parts)
+PARTS = ('prefill', 'propose', 'verify', 'decide', 'keep', 'accept', 'bookkeeping')   # where a generation's time goes (stats.t_parts): the prompts' pass, then its rounds'
 
 @dataclass
 class SpecStats:
@@ -154,13 +154,15 @@ class SpecStats:
     @classmethod
     def from_log(cls, log:list, k:int, out:list, t_parts:dict, t_total:float, stopped:list) -> 'SpecStats':
         "Gather a generation's round log [(k of the round, k of each row, kept by each row)] once, at the end."
-        pp, pa = [0] * k, [0] * k
-        for _, ks, ns in log:
+        pp, pa, rr, prop, acc = [0] * k, [0] * k, 0, 0, 0
+        for kr, ks, ns in log:
+            rr += len(ks)
+            if not kr: continue                 # plain steps (a policy's k = 0): no guess made, none kept
+            prop += sum(ks); acc += sum(ns)
             for kb, nb in zip(ks, ns):
                 for j in range(min(nb + 1, kb)): pp[j] += 1
                 for j in range(nb): pa[j] += 1
-        return cls(len(log), sum(len(ks) for _, ks, _ in log), sum(sum(ks) for _, ks, _ in log), sum(sum(ns) for _, _, ns in log),
-                   sum(len(o) for o in out), t_total, pp, pa, [kr for kr, _, _ in log], t_parts, stopped)
+        return cls(len(log), rr, prop, acc, sum(len(o) for o in out), t_total, pp, pa, [kr for kr, _, _ in log], t_parts, stopped)
 
 # %% ../nbs/05_greedy.ipynb #68f2e3e9
 def _decision(lg, d, q, ks, temperature, generator, residual) -> list[list[int]]:
@@ -234,7 +236,7 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
     if max(budget) <= 0: return out, SpecStats.from_log(log, k, out, tp, 0., stopped)
     cap = [min(L, len(p) + b + k + 1) for p, b in zip(prompts, budget)]; cache = target.new_cache(capacity=cap); sids = [cache.new_seq() for _ in prompts]
     try:
-        logits, hid = prefill(target, cache, sids, prompts, return_hidden=True)
+        t0 = clock(); logits, hid = prefill(target, cache, sids, prompts, return_hidden=True); tp['prefill'] = clock() - t0   # the prompts' pass: a part of its own
         out = [[t] for t in next_token(logits, temperature, generator).tolist()]    # a plain step: the first token
         last = [o[0] for o in out]                                                 # per row: emitted, not yet read
         proposer.start(prompts, list(last), hid if proposer.needs_hidden else None, cap); getattr(k_policy, 'start', lambda: None)()

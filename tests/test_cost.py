@@ -79,7 +79,11 @@ def test_grid_row_predicts_a_known_proposer_exactly(target, prompts, ref):
     hand = 3 * 0.002 / (1.5 * 0.002 + (0.05 + 3 * 0.1 + 0.05) * 0.002 + 0.0003)     # 0.006 / 0.0041 = 1.4634...
     assert row['predicted_speedup'] == round(hand, 3) == 1.463, row
     assert row['alpha_per_position'] == [1.0, 1.0, 0.0] and row['tokens_per_round'] == 3.0 and row['identical'] is True
-    assert row['host_per_round'] == 0.15 and row['occupancy'] == 1.0 and row['speedup'] == round(640 / 320, 3)
+    assert row['host_per_round'] == 0.15 and row['loop_per_round'] == 0.15 and row['occupancy'] == 1.0 and row['speedup'] == round(640 / 320, 3)
+    # the prompts' pass (2.1 ms, 0.1 ms a round) is in the host time the prediction prices, not in the loop's own per round
+    st2 = dataclasses.replace(st, t_parts={**st.t_parts, 'prefill': 21 * 0.0001}, t_total=st.t_total + 21 * 0.0001)
+    row2 = _grid_row(('draft2', 3, 0.0, 1), [(dict(res, stats=st2), 320.0, (base, base))], raw, costs, fast=True)
+    assert row2['host_per_round'] == 0.2 and row2['loop_per_round'] == 0.15, row2
     # with the verify pass timed in the loop (rho = 1.2: 20% dearer than v(3) t1), the row prices it at v(3) rho t1
     costs[1]['rho'] = {0.0: {'draft2': 1.2}}
     row = _grid_row(('draft2', 3, 0.0, 1), raw[('draft2', 3, 0.0, 1)], raw, costs, fast=True)

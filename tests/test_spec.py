@@ -147,3 +147,31 @@ def test_mtp_catches_up_on_its_last_states(cpu_models, prompts):
     assert blind.cache.length(blind.sids[0]) == len(p) + 100 + 1, "the control: without the limit, every pending state"
     fresh = MTPProposer(t); fresh.start([p], [5], torch.randn(1, len(p), D)); fresh.propose([0], [2])
     assert fresh.cache.length(fresh.sids[0]) == len(p) + 1, "the prompt's states, then one guess"
+
+def test_stats_from_a_log_with_plain_steps():
+    "SpecStats.from_log skips a policy's plain steps (k = 0) without reading their rows: on 300 random logs mixing plain"
+    "steps and rounds (rows of different k, some at 0), every count equals a by-hand count over every entry."
+    import random
+    from smallem_spec.spec import SpecStats, PARTS
+    rng = random.Random(0)
+    for _ in range(300):
+        K, A, log = rng.randint(1, 6), rng.randint(1, 4), []
+        for _ in range(rng.randint(0, 40)):
+            if rng.random() < 0.4: log += [(0, [0] * A, [0] * A)] * rng.randint(1, 5)
+            else:
+                kr = rng.randint(1, K); ks = [rng.randint(0, kr) for _ in range(A)]; ks[0] = kr
+                log.append((kr, ks, [rng.randint(0, kb) for kb in ks]))
+        st = SpecStats.from_log(log, K, [[1] * 3] * A, dict.fromkeys(PARTS, 0.0), 0.0, [])
+        pp = [sum(1 for _, ks, ns in log for kb, nb in zip(ks, ns) if j < kb and j <= nb) for j in range(K)]
+        pa = [sum(1 for _, ks, ns in log for nb in ns if j < nb) for j in range(K)]
+        assert (st.rounds, st.row_rounds, st.proposed, st.accepted) == (len(log), A * len(log), sum(sum(ks) for _, ks, _ in log), sum(sum(ns) for _, _, ns in log))
+        assert st.pos_proposed == pp and st.pos_accepted == pa and st.k_used == [kr for kr, _, _ in log] and st.new_tokens == 3 * A
+
+@pytest.mark.parametrize('path', ['fused', 'python'])
+def test_prefill_is_a_part_of_its_own(cpu_models, prompts, monkeypatch, path):
+    "Both loops time the prompts' pass as `t_parts['prefill']`, apart from the rounds' parts (a round's time beyond its"
+    "passes is then t_host - prefill); the times of the parts never add up to more than the whole generation."
+    monkeypatch.setenv('SMALLEM_ROUNDS', path)
+    t = FastSmallem(cpu_models['target'])
+    _, st = speculative_generate(t, make_proposer('mtp', t, {}), prompts[:2], 40, 2)
+    assert st.t_parts['prefill'] > 0 and sum(st.t_parts.values()) <= st.t_total and st.t_host >= st.t_parts['prefill']
