@@ -64,6 +64,10 @@ def decide_time(batch:int, k:int, vocab:int, temperature:float, reps:int=30, dev
     return median_time(f, reps, warmup=3, device=device)
 
 # %% ../nbs/10_bench.ipynb #827bb48a
+def _plain_step(run:dict) -> float:
+    "A plain step of a run of the target alone (`run_config`): its seconds over its passes, each chunk's prompts' pass and first token left out (they are `host` time in a speculative row)."
+    return (run['seconds'] - run.get('prefill', 0.0)) / (run['passes'] - run.get('prefills', 0))
+
 def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, temperatures=(0.0,), rounds:int=3, preset=None,
                   context:int=200, lengths=(48, 200)) -> dict:
     "t(1) and v(k) for k = 0..kmax with `context` tokens cached (on the fused kernel its own passes, as the library's rounds run them; else passes called from Python: `timer`), each proposer's in-loop cost (c0, c) per temperature, how much dearer than v(k) t(1) the verify pass of its rounds is in the loop (`rho_k` for each k: measured at k = 1 and kmax, straight between; `rho` their mean), the token arithmetic s(k) and a plain step of the loop (`t_step`) per temperature, at one batch size (medians of `rounds` interleaved measurements)."
@@ -73,8 +77,8 @@ def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, 
         Ts = tuple(range(1, kmax + 2))
         t = kernel_times(target, Ts, context, batch=batch) if kernel else pass_times(target, Ts, context=context, batch=batch); ts.append(t)
         chunks = [prompts[i:i + batch] for i in range(0, min(len(prompts), 4 * batch), batch)]   # B = 1: four texts, one by one
-        steps.append({T: (lambda r: r['seconds'] / r['passes'])(run_config(target, models, sum(chunks, []), lengths[1], 'none', 0, T, batch, None))
-                      for T in temperatures})   # a plain step meanwhile: the grid's rows compare their own with it (the machine's drift)
+        steps.append({T: _plain_step(run_config(target, models, sum(chunks, []), lengths[1], 'none', 0, T, batch, None))
+                      for T in temperatures})   # a plain step meanwhile, the prompts' passes left out: the policy's unit, and the grid's rows compare their own with it (the machine's drift)
         cs.append({(T, p): proposer_cost(target, lambda: make_proposer(p, target, models, preset), chunks, kmax, T, lengths, verify=True)
                    for T in temperatures for p in proposers})
     t = {T: statistics.median(x[T] for x in ts) for T in ts[0]}
@@ -109,7 +113,7 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
     "Run one configuration once; returns seconds, tokens, texts and pooled stats (and, `paired`, the plain decoding's two halves as `base_halves`)."
     dev = target.device
     chunks = [prompts[i:i + batch] for i in range(0, len(prompts), batch)]
-    secs, texts, passes, slots, agg = 0., [], 0, 0, SpecStats()
+    secs, texts, passes, slots, agg, pre = 0., [], 0, 0, SpecStats(), 0.
     base = []   # (seconds, tokens, passes) of the paired plain decoding, chunk by chunk
     pol, kk = None, k
     if k == 'adaptive':   # one policy for the whole row: what it learns of this machine and proposer carries from prompt to prompt
@@ -120,7 +124,7 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
     def alone(i, ch):
         sync(dev); t0 = time.perf_counter()
         out, st = generate(paired, ch, new_tokens, temperature, torch.Generator(dev).manual_seed(seed + i), return_stats=True)
-        sync(dev); base.append((time.perf_counter() - t0, sum(len(t) for t in out), st['passes']))
+        sync(dev); base.append((time.perf_counter() - t0, sum(len(t) for t in out), st['passes'], st.get('t_prefill', 0.0), 1))
     for i, ch in enumerate(chunks):
         if paired is not None and i % 2 == 0: alone(i, ch)
         g = torch.Generator(dev).manual_seed(seed + i)
@@ -133,22 +137,23 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
         sync(dev); secs += time.perf_counter() - t0
         texts += out
         if paired is not None and i % 2 == 1: alone(i, ch)
-        if proposer == 'none': passes += st['passes']; continue
+        if proposer == 'none': passes += st['passes']; pre += st.get('t_prefill', 0.0); continue
         agg = agg + st; slots += st.rounds * len(ch)    # rows the batch carried, finished or not
-    res = dict(seconds=secs, tokens=sum(len(t) for t in texts), texts=texts, passes=passes, row_slots=slots, stats=agg)
+    res = dict(seconds=secs, tokens=sum(len(t) for t in texts), texts=texts, passes=passes, row_slots=slots, stats=agg,
+               **({'prefill': pre, 'prefills': len(chunks)} if proposer == 'none' else {}))   # the target alone: its prompts' passes, seconds and count
     if paired is not None:
         h = max(1, len(base) // 2)
-        res['base_halves'] = [dict(zip(('seconds', 'tokens', 'passes'), map(sum, zip(*part)))) for part in (base[:h], base[h:]) if part]
+        res['base_halves'] = [dict(zip(('seconds', 'tokens', 'passes', 'prefill', 'prefills'), map(sum, zip(*part)))) for part in (base[:h], base[h:]) if part]
     return res
 
 # %% ../nbs/10_bench.ipynb #b7c35fc5
-def _predict(alphas, ks_used, c, v, t_step, host, s=None, occupancy:float=1.0, t_unit=None, t1=None, c0:float=0.0):
-    "occupancy · E(α_1..α_k) · t_step / (v(k)·t_unit + (c0 + k·c + s(k))·t1 + host), summed over the rounds' k (k = 0: a plain step, one token for t_step + host); `t_unit` a number or a function of k."
+def _predict(alphas, ks_used, c, v, t_step, host, s=None, occupancy:float=1.0, t_unit=None, t1=None, c0:float=0.0, t_plain=None, first:int=0):
+    "(occupancy · E(α_1..α_k) + first) · t_step / (v(k)·t_unit + (c0 + k·c + s(k))·t1 + host), summed over the rounds' k (k = 0: a plain step, one token for `t_plain` + host); `t_unit` a number or a function of k. `t_step` is the target alone's time a token, its prompts' passes included; `host` holds the row's own prompts' passes, so a plain step of the row costs `t_plain` (default `t_step`), one without them, and the `first` tokens those passes emitted (one a chunk of prompts) count at `t_step` like the others."
     if not ks_used: return None
     unit = t_unit if callable(t_unit) else (lambda k, u=t_unit or t_step: u)
     t1 = t1 or (t_step if callable(t_unit) else t_unit or t_step)
-    num = sum(expected_tokens_pos(alphas[:k]) if k else 1.0 for k in ks_used) * t_step * occupancy
-    den = sum((v[k] * unit(k) + (c0 + k * c + (s[k] if s else 0.0)) * t1 if k else t_step) + host for k in ks_used)
+    num = (sum(expected_tokens_pos(alphas[:k]) if k else 1.0 for k in ks_used) * occupancy + first) * t_step
+    den = sum((v[k] * unit(k) + (c0 + k * c + (s[k] if s else 0.0)) * t1 if k else t_plain or t_step) + host for k in ks_used)
     return num / den
 
 # %% ../nbs/10_bench.ipynb #9abaaae6
@@ -219,12 +224,12 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
             row['baseline_spread'] = round(max(abs(a - b) / ((a + b) / 2) for a, b in pairs), 3) if pairs else None
     else:
         cst = costs[B]; c0, c = cst['prop'][T][p]; rho = _rho(cst, T, p) if ('rho_k' in cst or 'rho' in cst) else None
-        step = lambda runs: statistics.mean(b['seconds'] / b['passes'] for b in runs)   # a plain step, loop and prefill included
+        step = lambda runs: statistics.mean(b['seconds'] / b['passes'] for b in runs)   # the target alone's time a token, loop and prompts' pass included
         reps = []
         for res, bt, around in lst:   # each repeat priced with the plain steps run just before and after its group
             st = res['stats']; alphas = [a / n if n else 0.0 for a, n in zip(st.pos_accepted, st.pos_proposed)]
-            t_step = step(around)
-            drift = t_step / cst['t_step'][T] if cst.get('t_step') else 1.0   # the plain loop now over while the costs were measured: recorded, not used (below)
+            t_step, t_plain = step(around), statistics.mean(map(_plain_step, around))
+            drift = t_plain / cst['t_step'][T] if cst.get('t_step') else 1.0   # the plain loop now over while the costs were measured: recorded, not used (below)
             win = list(res.get('pass_window') or [b.get('pass_t') for b in around])   # the passes timed with the plain runs just around the group, else those of the cost measurements
             t1, v = (statistics.mean(w[1] for w in win), {kk: statistics.mean(w[kk + 1] / w[1] for w in win) for kk in cst['v']}) if all(win) else (cst['t1'], cst['v'])
             pw = res.get('prop_t')
@@ -233,11 +238,12 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
                 rho = lambda kk, a=a, b_=b_, km=km: a + (b_ - a) * (min(kk, km) - 1) / (km - 1)
             else: c0, c = cst['prop'][T][p]; rho = _rho(cst, T, p) if ('rho_k' in cst or 'rho' in cst) else None
             t_unit = (lambda kk, t1=t1, rho=rho: rho(kk) * t1) if rho is not None else statistics.median(   # the verify pass as the loop paid it at each k, else a plain step without sampling (costs without rho)
-                b['seconds'] / b['passes'] for b, *_ in raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)]))
+                _plain_step(b) for b, *_ in raw.get(('none', 0, 0.0, B), raw[('none', 0, T, B)]))
             host = st.t_host / st.rounds                               # host time per round, measured in the run (the prompt's pass spread over the rounds)
             loop = (st.t_host - st.t_parts.get('prefill', 0.0)) / st.rounds   # ... without it: what a round spends beyond its passes, guesses and decision
             occ = st.row_rounds / res['row_slots']                     # < 1 at batch > 1: the batch waits for its slowest row
-            pred = _predict(alphas, st.k_used, c, v, t_step, host, cst['s_lookup' if p == 'ngram' else 's'][T], occ, t_unit, t1, c0)
+            pred = _predict(alphas, st.k_used, c, v, t_step, host, cst['s_lookup' if p == 'ngram' else 's'][T], occ, t_unit, t1, c0, t_plain,
+                            (st.new_tokens - st.accepted - st.row_rounds) / B)   # the first tokens, which the prompts' passes emitted (one a row), in steps of the batch
             reps.append(dict(pred=pred, ratio=res['tokens'] / res['seconds'] / bt / pred, st=st, alphas=alphas, host=host, loop=loop, occ=occ,
                              t_step=t_step, t_unit=t_unit, t1=t1, drift=drift, v=v, c=c, c0=c0, rho=rho))
         m = sorted(reps, key=lambda x: x['pred'])[len(reps) // 2]   # the median prediction's repeat: its terms are the row's

@@ -183,7 +183,8 @@ def generate(model:Smallem, prompts:list[list[int]], max_new_tokens:int, tempera
     cache = model.new_cache(capacity=[len(p) + n_new for p in prompts]); sids = [cache.new_seq() for _ in prompts]
     out = torch.empty(B, n_new, dtype=torch.long, device=model.device)
     try:
-        tok = next_token(prefill(model, cache, sids, prompts), temperature, generator)
+        t0 = time.perf_counter(); tok = next_token(prefill(model, cache, sids, prompts), temperature, generator)
+        if return_stats: sync(model.device); stats['t_prefill'] = time.perf_counter() - t0   # the prompts' pass and the first token: what a plain step's time leaves out
         out[:, 0] = tok
         if n_new > 1 and chains(model, temperature): out[:, 1:] = plain_chain(model, tok, cache, sids, n_new - 1, temperature, generator)
         else:

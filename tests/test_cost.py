@@ -76,8 +76,9 @@ def test_grid_row_predicts_a_known_proposer_exactly(target, prompts, ref):
     raw = {('none', 0, 0.0, 1): [(base, None, None)], ('draft2', 3, 0.0, 1): [(res, 320.0, (base, base))]}
     costs = {1: dict(t1=0.002, v={3: 1.5}, prop={0.0: {'draft2': [0.05, 0.1]}}, s={0.0: {3: 0.05}})}
     row = _grid_row(('draft2', 3, 0.0, 1), raw[('draft2', 3, 0.0, 1)], raw, costs, fast=True)
-    hand = 3 * 0.002 / (1.5 * 0.002 + (0.05 + 3 * 0.1 + 0.05) * 0.002 + 0.0003)     # 0.006 / 0.0041 = 1.4634...
-    assert row['predicted_speedup'] == round(hand, 3) == 1.463, row
+    # 21 rounds of 3 tokens and the first token, which the prompt's pass emitted (at t_step in the target alone's time too)
+    hand = (21 * 3 + 1) * 0.002 / (21 * (1.5 * 0.002 + (0.05 + 3 * 0.1 + 0.05) * 0.002 + 0.0003))     # 0.128 / 0.0861 = 1.4866...
+    assert row['predicted_speedup'] == round(hand, 3) == 1.487, row
     assert row['alpha_per_position'] == [1.0, 1.0, 0.0] and row['tokens_per_round'] == 3.0 and row['identical'] is True
     assert row['host_per_round'] == 0.15 and row['loop_per_round'] == 0.15 and row['occupancy'] == 1.0 and row['speedup'] == round(640 / 320, 3)
     # the prompts' pass (2.1 ms, 0.1 ms a round) is in the host time the prediction prices, not in the loop's own per round
@@ -87,8 +88,8 @@ def test_grid_row_predicts_a_known_proposer_exactly(target, prompts, ref):
     # with the verify pass timed in the loop (rho = 1.2: 20% dearer than v(3) t1), the row prices it at v(3) rho t1
     costs[1]['rho'] = {0.0: {'draft2': 1.2}}
     row = _grid_row(('draft2', 3, 0.0, 1), raw[('draft2', 3, 0.0, 1)], raw, costs, fast=True)
-    hand = 3 * 0.002 / (1.5 * 1.2 * 0.002 + (0.05 + 3 * 0.1 + 0.05) * 0.002 + 0.0003)   # 0.006 / 0.0047 = 1.2766...
-    assert row['predicted_speedup'] == round(hand, 3) == 1.277 and row['verify_scale'] == 1.2, row
+    hand = (21 * 3 + 1) * 0.002 / (21 * (1.5 * 1.2 * 0.002 + (0.05 + 3 * 0.1 + 0.05) * 0.002 + 0.0003))   # 0.128 / 0.0987 = 1.2969...
+    assert row['predicted_speedup'] == round(hand, 3) == 1.297 and row['verify_scale'] == 1.2, row
 
 def test_heuristic_k_schedule(target, prompts, ref):
     "transformers' schedule, +2 after a round with every guess kept, -1 otherwise, between 1 and kmax."
@@ -431,6 +432,27 @@ def test_adaptive_hope_is_bounded_by_the_loss_budget(monkeypatch):
     assert bound <= 1.022 and unbound > bound + 0.005, (bound, unbound)
     forever, forever_unbound = (_draft4_like(monkeypatch, catchup=6.0, z_rounds=10**9, **kw) for kw in ({}, dict(hope_loss=math.inf)))
     assert forever <= 1.022 and forever_unbound > 1.035, (forever, forever_unbound)
+
+def test_grid_row_prices_plain_steps_without_the_prompts_pass():
+    "An adaptive row whose policy decoded plainly, exactly as fast as the target alone: one text of 20 tokens, a prompt's"
+    "pass of 4 ms that emits the first token, then 19 plain steps of 2 ms, in both runs. The row's host time is its"
+    "prompt's pass, so its plain steps are priced without it (`_plain_step`: 2 ms, not 42 / 20 = 2.1) and the first"
+    "token counts at the target alone's time a token: predicted x1.000, measured/predicted 1. The control, the"
+    "prediction of before (plain steps at 2.1 ms plus the host, no first token), says x0.909 of a row that lost nothing."
+    from smallem_spec.bench import _grid_row, _predict, _plain_step
+    from smallem_spec.spec import SpecStats, PARTS
+    tp = {**dict.fromkeys(PARTS, 0.0), 'prefill': 0.004, 'verify': 19 * 0.002}
+    st = SpecStats.from_log([(0, [0], [0])] * 19, 6, [[0] * 20], tp, 0.042, ['max_new_tokens'])
+    base = dict(seconds=0.042, passes=20, tokens=20, texts=[[0] * 20], row_slots=0, stats=None, prefill=0.004, prefills=1)
+    assert _plain_step(base) == pytest.approx(0.002, rel=1e-12)
+    res = dict(seconds=0.042, tokens=20, texts=[[0] * 20], row_slots=19, stats=st)
+    raw = {('none', 0, 0.0, 1): [(base, None, None), (base, None, base)], ('mtp', 'adaptive', 0.0, 1): [(res, 20 / 0.042, (base, base))]}
+    costs = {1: dict(t1=0.002, v={j: 1.0 for j in range(7)}, prop={0.0: {'mtp': [0.0, 0.0]}}, s={0.0: {j: 0.0 for j in range(1, 7)}}, rho={0.0: {'mtp': 1.0}})}
+    row = _grid_row(('mtp', 'adaptive', 0.0, 1), raw[('mtp', 'adaptive', 0.0, 1)], raw, costs, fast=True)
+    assert row['speedup'] == 1.0 and row['predicted_speedup'] == 1.0 and row['measured_over_predicted'] == 1.0, row
+    assert row['loop_per_round'] == 0.0 and row['mean_k'] == 0
+    old = _predict([], st.k_used, 0.0, costs[1]['v'], 0.042 / 20, st.t_host / st.rounds)
+    assert old == pytest.approx(19 * 0.0021 / 0.0439, rel=1e-9) and old < 0.91
 
 def test_grid_row_prices_the_passes_timed_around_its_group():
     "The plain runs around a group also time the target's passes over 1..kmax+1 tokens (`pass_t`, as `measure_costs` times"

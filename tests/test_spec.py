@@ -175,3 +175,7 @@ def test_prefill_is_a_part_of_its_own(cpu_models, prompts, monkeypatch, path):
     t = FastSmallem(cpu_models['target'])
     _, st = speculative_generate(t, make_proposer('mtp', t, {}), prompts[:2], 40, 2)
     assert st.t_parts['prefill'] > 0 and sum(st.t_parts.values()) <= st.t_total and st.t_host >= st.t_parts['prefill']
+    # the target alone's runs keep theirs too (the benchmark's plain step leaves them out): seconds and one pass a chunk
+    from smallem_spec.bench import run_config, _plain_step
+    r = run_config(t, {}, prompts[:2], 40, 'none', 0, 0.0, 1, None)
+    assert 0 < r['prefill'] < r['seconds'] and r['prefills'] == 2 and r['passes'] == 80 and 0 < _plain_step(r) < r['seconds'] / r['passes']
