@@ -177,6 +177,17 @@ def _window_proposer(target, models, prompts, p, T, cst):
     if p == 'none' or 'chunks' not in cst: return None   # the texts `measure_costs` timed it on
     return proposer_cost(target, lambda: make_proposer(p, target, models, cst.get('preset')), cst['chunks'], cst['kmax'], T, cst['lengths'], verify=True)
 
+def _costs_now(cst, T, p, pass_t, pw, run) -> dict:
+    "The costs an adaptive row's policy starts from: `measure_costs`' own with t(1), v(k), the proposer's c0, c and verify passes (`pass_t`, `pw`: what the group's rows are predicted with) and the plain step (`run`, the target alone's run that opened the group) timed just before the row's group, not minutes before the grid; `cst` itself where those were not timed."
+    if not (pass_t and pw and run): return cst
+    t1, km = pass_t[1], cst['kmax']
+    v = {k: pass_t[k + 1] / t1 for k in cst['v']}
+    a, b = (pw[2][k] / (v[k] * t1) for k in (1, km))   # the verify pass in the loop over v(k) t(1) at k = 1 and kmax, straight between (as measure_costs)
+    rho = cst.get('rho_k', {})
+    return {**cst, 't1': t1, 'v': v, 'prop': {**cst['prop'], T: {**cst['prop'][T], p: [pw[0] / t1, pw[1] / t1]}},
+            'rho_k': {**rho, T: {**rho.get(T, {}), p: {k: a + (b - a) * (k - 1) / (km - 1) for k in range(1, km + 1)}}},
+            't_step': {**cst.get('t_step', {}), T: _plain_step(run)}}
+
 def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar) -> dict:
     "Every configuration `repeats` times, each proposer's rows (all its k) between two runs of the target alone that also time the target's passes, and each row against its own baseline: at a batch that splits the prompts into several chunks, the target alone on each chunk right beside the row's (`run_config(paired=)`), else the runs just before and after it: {(p, k, T, B): [(result, baseline tok/s, (two baseline runs or halves))]}, each result with the pass timings of its group (`pass_window`); the target alone's group-closing runs as (result, None, the run before it in its chain or None)."
     groups, raw = {}, {}
@@ -192,9 +203,10 @@ def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, b
                 first = before = plain()
                 for p, ks in groups.items():
                     done, pw = [], _window_proposer(target, models, prompts, p, T, costs[B])   # its guesses and verify passes timed now, for its rows' prices
+                    now = _costs_now(costs[B], T, p, first.get('pass_t'), pw, first)   # and for what its adaptive row's policy starts from
                     pair = B < len(prompts)   # several chunks: each row's baseline is the target alone on the same chunks, one beside each
                     for i, k in enumerate(ks):
-                        res = run_config(ref if k == 'reference' else target, models, prompts, new_tokens, p, k, T, B, costs[B], seed=r,
+                        res = run_config(ref if k == 'reference' else target, models, prompts, new_tokens, p, k, T, B, now, seed=r,
                                          paired=target if pair else None); bar.update(2 if pair else 1)
                         if pair: done.append(((p, k, T, B), res, tuple(res.pop('base_halves')))); continue
                         after = plain(first, True) if i == len(ks) - 1 else plain(passes=False)   # one chunk: the row's speed is over the runs right before and after it

@@ -454,6 +454,24 @@ def test_grid_row_prices_plain_steps_without_the_prompts_pass():
     old = _predict([], st.k_used, 0.0, costs[1]['v'], 0.042 / 20, st.t_host / st.rounds)
     assert old == pytest.approx(19 * 0.0021 / 0.0439, rel=1e-9) and old < 0.91
 
+def test_adaptive_rows_start_from_the_costs_timed_before_their_group():
+    "An adaptive row's policy starts from the costs timed just before its group (the passes, the proposer's call, the"
+    "target alone's plain step), not from those `measure_costs` took before the grid: in a run on the AMD EPYC without"
+    "AVX-512 those had c(mtp) 0.33, its verify pass 25% dearer than v(1) t(1) and a plain step 0.84 t(1), which priced a"
+    "k = 1 round at 2.2 plain steps, so every MTP adaptive row decoded plainly while k = 1 paid x1.12 beside it. By hand:"
+    "passes of 4 / 5 / 6 ms over 1 / 2 / 3 tokens, guesses of 0.4 ms (c = 0.1), verify passes as timed alone at k = 1 and"
+    "1.5 times dearer at kmax = 2, a plain step of 3.8 ms once the prompt's 4 ms pass of the 20 are left out. Other"
+    "proposers and temperatures keep the grid's costs, and without the timings the grid's costs are used as they are."
+    from smallem_spec.bench import _costs_now, _rho
+    cst = dict(t1=0.002, v={0: 1.0, 1: 1.0, 2: 1.0}, kmax=2, prop={0.0: {'mtp': [0.0, 0.5], 'draft2': [0.0, 0.3]}}, t_step={0.0: 0.0017},
+               rho_k={0.0: {'mtp': {1: 1.25, 2: 1.25}}}, s={0.0: {1: 0.0, 2: 0.0}})
+    run = dict(seconds=0.004 + 19 * 0.0038, passes=20, prefill=0.004, prefills=1)
+    now = _costs_now(cst, 0.0, 'mtp', {1: 4e-3, 2: 5e-3, 3: 6e-3}, (0.0, 4e-4, {1: 5e-3, 2: 9e-3}), run)
+    assert now['t1'] == 4e-3 and now['v'] == {0: 1.0, 1: 1.25, 2: 1.5} and now['prop'][0.0] == {'mtp': [0.0, 0.1], 'draft2': [0.0, 0.3]}
+    assert now['rho_k'][0.0]['mtp'] == pytest.approx({1: 1.0, 2: 1.5}) and _rho(now, 0.0, 'mtp')(2) == pytest.approx(1.5)
+    assert now['t_step'][0.0] == pytest.approx(0.0038, rel=1e-12) and now['s'] is cst['s'] and cst['t1'] == 0.002   # the grid's costs untouched
+    assert _costs_now(cst, 0.0, 'mtp', None, None, run) is cst and _costs_now(cst, 0.0, 'mtp', {1: 4e-3, 2: 5e-3, 3: 6e-3}, None, run) is cst
+
 def test_grid_row_prices_the_passes_timed_around_its_group():
     "The plain runs around a group also time the target's passes over 1..kmax+1 tokens (`pass_t`, as `measure_costs` times"
     "them), and the proposer's call is timed in the loop just before the group (`prop_t`, as `proposer_cost` gives it): the"
