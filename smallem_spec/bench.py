@@ -66,7 +66,8 @@ def decide_time(batch:int, k:int, vocab:int, temperature:float, reps:int=30, dev
 # %% ../nbs/10_bench.ipynb #827bb48a
 def _plain_step(run:dict) -> float:
     "A plain step of a run of the target alone (`run_config`): its seconds over its passes, each chunk's prompts' pass and first token left out (they are `host` time in a speculative row)."
-    return (run['seconds'] - run.get('prefill', 0.0)) / (run['passes'] - run.get('prefills', 0))
+    n = run['passes'] - run.get('prefills', 0)
+    return (run['seconds'] - run.get('prefill', 0.0)) / n if n > 0 else run['seconds'] / run['passes']   # one token a text: no plain step to time
 
 def measure_costs(target, models:dict, proposers, batch:int, kmax:int, prompts, temperatures=(0.0,), rounds:int=3, preset=None,
                   context:int=200, lengths=(48, 200)) -> dict:
@@ -140,7 +141,7 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
         if proposer == 'none': passes += st['passes']; pre += st.get('t_prefill', 0.0); continue
         agg = agg + st; slots += st.rounds * len(ch)    # rows the batch carried, finished or not
     res = dict(seconds=secs, tokens=sum(len(t) for t in texts), texts=texts, passes=passes, row_slots=slots, stats=agg,
-               **({'prefill': pre, 'prefills': len(chunks)} if proposer == 'none' else {}))   # the target alone: its prompts' passes, seconds and count
+               chunks=len(chunks), **({'prefill': pre, 'prefills': len(chunks)} if proposer == 'none' else {}))   # the prompts' passes (one a chunk); the target alone's, timed
     if paired is not None:
         h = max(1, len(base) // 2)
         res['base_halves'] = [dict(zip(('seconds', 'tokens', 'passes', 'prefill', 'prefills'), map(sum, zip(*part)))) for part in (base[:h], base[h:]) if part]
@@ -255,7 +256,7 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
             loop = (st.t_host - st.t_parts.get('prefill', 0.0)) / st.rounds   # ... without it: what a round spends beyond its passes, guesses and decision
             occ = st.row_rounds / res['row_slots']                     # < 1 at batch > 1: the batch waits for its slowest row
             pred = _predict(alphas, st.k_used, c, v, t_step, host, cst['s_lookup' if p == 'ngram' else 's'][T], occ, t_unit, t1, c0, t_plain,
-                            (st.new_tokens - st.accepted - st.row_rounds) / B)   # the first tokens, which the prompts' passes emitted (one a row), in steps of the batch
+                            res.get('chunks', -(-len(res['texts']) // B)))   # the first tokens, one step of the batch a chunk: its prompts' pass emitted them
             reps.append(dict(pred=pred, ratio=res['tokens'] / res['seconds'] / bt / pred, st=st, alphas=alphas, host=host, loop=loop, occ=occ,
                              t_step=t_step, t_unit=t_unit, t1=t1, drift=drift, v=v, c=c, c0=c0, rho=rho))
         m = sorted(reps, key=lambda x: x['pred'])[len(reps) // 2]   # the median prediction's repeat: its terms are the row's

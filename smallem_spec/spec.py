@@ -149,7 +149,7 @@ class SpecStats:
         add = lambda a, b: [x + y for x, y in zip(a + [0] * (len(b) - len(a)), b + [0] * (len(a) - len(b)))]
         return SpecStats(*(getattr(self, f) + getattr(o, f) for f in ('rounds', 'row_rounds', 'proposed', 'accepted', 'new_tokens', 't_total')),
                          add(self.pos_proposed, o.pos_proposed), add(self.pos_accepted, o.pos_accepted), self.k_used + o.k_used,
-                         {p: self.t_parts[p] + o.t_parts[p] for p in PARTS}, self.stopped + o.stopped)
+                         {p: self.t_parts.get(p, 0.) + o.t_parts.get(p, 0.) for p in PARTS}, self.stopped + o.stopped)
 
     @classmethod
     def from_log(cls, log:list, k:int, out:list, t_parts:dict, t_total:float, stopped:list) -> 'SpecStats':
@@ -236,7 +236,7 @@ def speculative_generate(target:Smallem, proposer:Proposer, prompts:list[list[in
     if max(budget) <= 0: return out, SpecStats.from_log(log, k, out, tp, 0., stopped)
     cap = [min(L, len(p) + b + k + 1) for p, b in zip(prompts, budget)]; cache = target.new_cache(capacity=cap); sids = [cache.new_seq() for _ in prompts]
     try:
-        t0 = clock(); logits, hid = prefill(target, cache, sids, prompts, return_hidden=True); tp['prefill'] = clock() - t0   # the prompts' pass: a part of its own
+        t0 = clock(); logits, hid = prefill(target, cache, sids, prompts, return_hidden=True); sync(target.device); tp['prefill'] = clock() - t0   # the prompts' pass: a part of its own
         out = [[t] for t in next_token(logits, temperature, generator).tolist()]    # a plain step: the first token
         last = [o[0] for o in out]                                                 # per row: emitted, not yet read
         proposer.start(prompts, list(last), hid if proposer.needs_hidden else None, cap); getattr(k_policy, 'start', lambda: None)()

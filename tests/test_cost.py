@@ -179,7 +179,7 @@ def test_grid_row_prices_each_row_with_the_plain_steps_around_its_group():
     st = SpecStats.from_log([(2, [2], [1])] * 10, 2, [[0] * 20], {'propose': 0.0, 'verify': 0.0, 'decide': 0.0, 'keep': 0.0, 'accept': 0.0, 'bookkeeping': 0.0}, 0.0, ['max_new_tokens'])
     plain = lambda ms: dict(seconds=ms * 1e-3 * 20, passes=20, tokens=20, texts=[[0] * 20], row_slots=0, stats=None)
     slow, fast_ = (plain(4), plain(4)), (plain(2), plain(2))
-    res = dict(seconds=0.02, tokens=20, texts=[[0] * 20], row_slots=10, stats=st)
+    res = dict(seconds=0.02, tokens=20, texts=[[0] * 20], row_slots=10, stats=st, chunks=0)   # every token from the rounds: no prompt's pass emitted one
     raw = {('none', 0, 0.0, 1): [(slow[0], None, None), (slow[1], None, slow[0]), (fast_[0], None, None), (fast_[1], None, fast_[0])],
            ('mtp', 2, 0.0, 1): [(res, 250.0, slow), (res, 500.0, fast_)]}
     costs = {1: dict(t1=0.002, v={2: 1.0}, prop={0.0: {'mtp': [0.0, 0.0]}}, s={0.0: {2: 0.0}}, rho={0.0: {'mtp': 1.0}})}
@@ -486,7 +486,7 @@ def test_grid_row_prices_the_passes_timed_around_its_group():
     plain = lambda pt: dict(seconds=4e-3 * 20, passes=20, tokens=20, texts=[[0] * 20], row_slots=0, stats=None, pass_t=pt)
     costs = {1: dict(t1=0.002, v={0: 1.0, 1: 1.0, 2: 1.0}, kmax=2, prop={0.0: {'mtp': [0.0, 0.0]}}, s={0.0: {2: 0.0}}, rho={0.0: {'mtp': 1.0}})}
     def row(pt, pw=None):
-        around, res = (plain(pt), plain(pt)), dict(seconds=0.02, tokens=20, texts=[[0] * 20], row_slots=10, stats=st, prop_t=pw)
+        around, res = (plain(pt), plain(pt)), dict(seconds=0.02, tokens=20, texts=[[0] * 20], row_slots=10, stats=st, prop_t=pw, chunks=0)
         raw = {('none', 0, 0.0, 1): [(around[0], None, None), (around[1], None, around[0])], ('mtp', 2, 0.0, 1): [(res, 250.0, around)]}
         return _grid_row(('mtp', 2, 0.0, 1), raw[('mtp', 2, 0.0, 1)], raw, costs, fast=True)
     passes = {1: 4e-3, 2: 5e-3, 3: 6e-3}
