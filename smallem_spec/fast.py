@@ -490,7 +490,7 @@ def format_kernels(res:dict) -> str:
     cpu = res.get('cpu', {})
     lines = [f"{res['gpu'] + ' (host ' + cpu.get('model', '?') + ')' if res.get('gpu') else cpu.get('model', 'unknown processor')}; {res['preset']} preset, {res['threads']} threads, torch {res['torch']}; {res['context']} tokens cached",
              f"read bandwidth {m['bandwidth_gbs']:.1f} GB/s (large matrix: DRAM floor), {m['bandwidth_model_size_gbs']:.1f} GB/s (model-sized: floor); "
-             f"fp32 products {m['matmul_gflops']:.1f} GFLOP/s" + (f" (torch), {m['peak_gflops']:.1f} at the cores' peak (the floor's)" if 'peak_gflops' in m else ''),
+             f"fp32 products {m['matmul_gflops']:.1f} GFLOP/s" + (f" (torch), {m['peak_gflops']:.1f} by the cores' peak probe (the floor takes the faster)" if 'peak_gflops' in m else ''),
              f"{'model':8s} {'path':15s} {'MB':>6s} {'floor':>6s} {'DRAM':>6s} {'t(1)':>6s} {'/floor':>6s} " + ' '.join(f'v({k})'.rjust(5) for k in range(1, 8))]
     for name, r in res['models'].items():
         if 'floor_v' in r:   # the floor itself as a path: v(k) where every pass sits on its floor
