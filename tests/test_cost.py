@@ -454,6 +454,27 @@ def test_grid_row_prices_plain_steps_without_the_prompts_pass():
     old = _predict([], st.k_used, 0.0, costs[1]['v'], 0.042 / 20, st.t_host / st.rounds)
     assert old == pytest.approx(19 * 0.0021 / 0.0439, rel=1e-9) and old < 0.91
 
+def test_grid_row_counts_one_prompt_pass_a_chunk_at_batch_2():
+    "The same at batch 2 with three texts, so that the second chunk is part full: each chunk's prompts' pass (4 ms)"
+    " emits one token a row, then 19 plain steps of 2 ms each, two rows in the first chunk and one in the second, in the"
+    " row and in the target alone alike. Its first tokens are one step of the batch a chunk (two, `chunks`), and the"
+    " prediction is x1.000; counted one a text (three), or with the part-full chunk dropped (one), it is not."
+    from smallem_spec.bench import _grid_row, _plain_step
+    from smallem_spec.spec import SpecStats, PARTS
+    tp = {**dict.fromkeys(PARTS, 0.0), 'prefill': 0.004, 'verify': 19 * 0.002}
+    st = (SpecStats.from_log([(0, [0, 0], [0, 0])] * 19, 6, [[0] * 20] * 2, tp, 0.042, ['max_new_tokens'] * 2)
+          + SpecStats.from_log([(0, [0], [0])] * 19, 6, [[0] * 20], tp, 0.042, ['max_new_tokens']))
+    base = dict(seconds=0.084, passes=40, tokens=60, texts=[[0] * 20] * 3, row_slots=0, stats=None, prefill=0.008, prefills=2, chunks=2)
+    assert _plain_step(base) == pytest.approx(0.002, rel=1e-12)
+    costs = {2: dict(t1=0.002, v={j: 1.0 for j in range(7)}, prop={0.0: {'mtp': [0.0, 0.0]}}, s={0.0: {j: 0.0 for j in range(1, 7)}}, rho={0.0: {'mtp': 1.0}})}
+    def pred(chunks):
+        res = dict(seconds=0.084, tokens=60, texts=[[0] * 20] * 3, row_slots=57, stats=st, chunks=chunks)
+        raw = {('none', 0, 0.0, 2): [(base, None, None), (base, None, base)], ('mtp', 'adaptive', 0.0, 2): [(res, 60 / 0.084, (base, base))]}
+        return _grid_row(('mtp', 'adaptive', 0.0, 2), raw[('mtp', 'adaptive', 0.0, 2)], raw, costs, fast=True)
+    row = pred(2)
+    assert row['speedup'] == 1.0 and row['predicted_speedup'] == pytest.approx(1.0, abs=1e-3) and row['measured_over_predicted'] == pytest.approx(1.0, abs=1e-3), row
+    assert abs(pred(3)['predicted_speedup'] - 1.0) > 0.01 and abs(pred(1)['predicted_speedup'] - 1.0) > 0.01
+
 def test_adaptive_rows_start_from_the_costs_timed_before_their_group():
     "An adaptive row's policy starts from the costs timed just before its group (the passes, the proposer's call, the"
     "target alone's plain step), not from those `measure_costs` took before the grid: in a run on the AMD EPYC without"
@@ -471,6 +492,33 @@ def test_adaptive_rows_start_from_the_costs_timed_before_their_group():
     assert now['rho_k'][0.0]['mtp'] == pytest.approx({1: 1.0, 2: 1.5}) and _rho(now, 0.0, 'mtp')(2) == pytest.approx(1.5)
     assert now['t_step'][0.0] == pytest.approx(0.0038, rel=1e-12) and now['s'] is cst['s'] and cst['t1'] == 0.002   # the grid's costs untouched
     assert _costs_now(cst, 0.0, 'mtp', None, None, run) is cst and _costs_now(cst, 0.0, 'mtp', {1: 4e-3, 2: 5e-3, 3: 6e-3}, None, run) is cst
+
+def test_run_grid_gives_each_group_the_costs_timed_when_it_opened(monkeypatch):
+    "`_run_grid` hands every row of a proposer's group (the adaptive row's policy starts from these) the costs `_costs_now`"
+    " makes from the passes and the plain step timed by the target alone's run that opened the group and from the"
+    " proposer's call timed just before it, not the grid's costs: captured from its calls of run_config, with timings that"
+    " change from one window to the next, so that a row handed the costs of another group or the grid's fails."
+    import smallem_spec.bench as bench
+    calls, n = [], [0]
+    def fake_run(target, models, prompts, new_tokens, p, k, T, B, costs, seed=0, paired=None):
+        n[0] += 1; calls.append((p, k, T, costs))
+        return dict(seconds=0.01 * n[0], passes=20, prefill=0.001, prefills=1, tokens=20)
+    passes = iter(range(1, 100))
+    monkeypatch.setattr(bench, 'run_config', fake_run)
+    monkeypatch.setattr(bench, '_window_passes', lambda target, cst: {t: 1e-3 * next(passes) * t for t in (1, 2, 3)})
+    monkeypatch.setattr(bench, '_window_proposer', lambda target, models, prompts, p, T, cst: (0.0, 1e-4 * (2 if p == 'mtp' else 3), {1: 2e-3, 2: 3e-3}))
+    class Bar:
+        def update(self, n=1): pass
+    cst = dict(t1=0.002, v={0: 1.0, 1: 1.0, 2: 1.0}, kmax=2, prop={0.0: {'mtp': [0.0, 0.5], 'draft2': [0.0, 0.3]}}, t_step={0.0: 0.0017},
+               rho_k={}, s={0.0: {1: 0.0, 2: 0.0}})
+    raw = bench._run_grid(None, None, {}, [[1]], 20, [('mtp', 1), ('mtp', 'adaptive'), ('draft2', 'adaptive')], (0.0,), (1,), 1, {1: cst}, Bar())
+    opened = [res for res, _, _ in raw[('none', 0, 0.0, 1)]]   # the target alone's runs that timed the passes, in order
+    rows = [(p, k, c) for p, k, T, c in calls if p != 'none']
+    assert [(p, k) for p, k, _ in rows] == [('mtp', 1), ('mtp', 'adaptive'), ('draft2', 'adaptive')]
+    for (p, k, c), before in zip(rows, [opened[0], opened[0], opened[1]]):   # mtp's group opened by the first run, draft2's by the one closing mtp's
+        want = bench._costs_now(cst, 0.0, p, before['pass_t'], bench._window_proposer(None, {}, [], p, 0.0, cst), before)
+        assert c == want and c is not cst and c['t1'] == before['pass_t'][1], (p, k)
+    assert rows[0][2]['t1'] != rows[2][2]['t1'] and rows[2][2]['prop'][0.0]['draft2'][1] == pytest.approx(3e-4 / rows[2][2]['t1'])
 
 def test_grid_row_prices_the_passes_timed_around_its_group():
     "The plain runs around a group also time the target's passes over 1..kmax+1 tokens (`pass_t`, as `measure_costs` times"
