@@ -177,7 +177,8 @@ def test_prefill_is_a_part_of_its_own(cpu_models, prompts, monkeypatch, path):
     ran, whole = [], fm.FusedPass.generate_rounds   # which loop wrote the text: the library's rounds, or 05's (they return None)
     monkeypatch.setattr(fm.FusedPass, 'generate_rounds', lambda self, *a, **kw: ran.append(whole(self, *a, **kw)) or ran[-1])
     _, st = speculative_generate(t, make_proposer('mtp', t, {}), prompts[:2], 40, 2)
-    assert len(ran) == 1 and (ran[0] is not None) == (path == 'fused'), path
+    if getattr(t, 'fused', None) is not None:   # without a C compiler there is no library and only 05's loop
+        assert len(ran) == 1 and (ran[0] is not None) == (path == 'fused'), path
     assert st.t_parts['prefill'] > 0 and sum(st.t_parts.values()) <= st.t_total and st.t_host >= st.t_parts['prefill']
     # the target alone's runs keep theirs too (the benchmark's plain step leaves them out): seconds and one pass a chunk
     from smallem_spec.bench import run_config, _plain_step
