@@ -267,7 +267,7 @@ def test_bf16_proposing_passes(cpu_models, fast, prompts):
     "The default fp32 target on a processor with AVX-512 BF16: its own passes the same bits as with fp32 proposing passes, its"
     " MTP module in bf16 (a few parts in a thousand from the reference: bf16 for real, and close), and greedy identity for"
     " the MTP module, a drafter's bf16 view and n-gram against plain decoding (4 prompts x 100 tokens, k = 1..3)."
-    t32 = cpu_models['target']; b, f = FastSmallem(t32, precision='fp32'), FastSmallem(t32, proposer_bf16=False, precision='fp32')   # fp32 named: the default may pick fp16 panels (and then no bf16 proposing passes)
+    t32 = cpu_models['target']; b, f = FastSmallem(t32, precision='fp32'), FastSmallem(t32, proposer_bf16=False, precision='fp32')   # fp32 named: the default may pick fp16 panels (and then an fp16 MTP module)
     assert b.proposer_bf16 and b.fused.mtp_bf16 and not b.fused.bf16 and b.fused.main['head'].dtype == torch.float32
     assert b.fused.mtp['head'].dtype == torch.bfloat16 and not f.fused.mtp_bf16 and f.fused.mtp['head'] is f.fused.main['head']
     x = torch.randint(1, t32.cfg.vocab_size, (3, 50), generator=torch.Generator().manual_seed(1))
