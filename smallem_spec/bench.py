@@ -109,7 +109,8 @@ def _rho(costs, T, p):
     return lambda k: 1.0 if r is None else r
 
 def run_config(target, models, prompts, new_tokens, proposer, k, temperature, batch, costs, seed=0,
-               paired=None   # a model: its plain decoding of each chunk runs right beside the row's (alternating which goes first), the row's own baseline
+               paired=None,  # a model: its plain decoding of each chunk runs right beside the row's (alternating which goes first), the row's own baseline
+               prime=None    # other prompts an adaptive row's policy decodes first, untimed: its first probes paid before the row, as a server's on earlier requests
               ) -> dict:
     "Run one configuration once; returns seconds, tokens, texts and pooled stats (and, `paired`, the plain decoding's two halves as `base_halves`)."
     dev = target.device
@@ -122,6 +123,9 @@ def run_config(target, models, prompts, new_tokens, proposer, k, temperature, ba
         c0, c = costs['prop'][temperature][proposer]; rho = _rho(costs, temperature, proposer)
         pol = AdaptiveK(kk, c, lambda j: costs['v'][j] * rho(j) + s[j] + c0, unit=costs['t1'],   # the verify pass as the loop pays it, in passes of t(1)
                         step=costs['t_step'][temperature] / costs['t1'] if costs.get('t_step') else None, verify_price=lambda j: costs['v'][j] * rho(j))   # a round priced against its own verify pass
+        for i in range(0, len(prime or []), batch):   # texts that are not the row's, as many a chunk as the row's: what the policy knows of this machine when the row begins
+            speculative_generate(target, make_proposer(proposer, target, models), prime[i:i + batch], new_tokens, kk, temperature,
+                                 torch.Generator(dev).manual_seed(seed + 10_000 + i), k_policy=pol)
     def alone(i, ch):
         sync(dev); t0 = time.perf_counter()
         out, st = generate(paired, ch, new_tokens, temperature, torch.Generator(dev).manual_seed(seed + i), return_stats=True)
@@ -189,7 +193,8 @@ def _costs_now(cst, T, p, pass_t, pw, run) -> dict:
             'rho_k': {**rho, T: {**rho.get(T, {}), p: {k: a + (b - a) * (k - 1) / (km - 1) for k in range(1, km + 1)}}},
             't_step': {**cst.get('t_step', {}), T: _plain_step(run)}}
 
-def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar) -> dict:
+def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar,
+              prime=None) -> dict:   # held-out prompts each adaptive row's policy decodes first, untimed (`run_config(prime=)`): B of them at batch B, at least 4
     "Every configuration `repeats` times, each proposer's rows (all its k) between two runs of the target alone that also time the target's passes, and each row against its own baseline: at a batch that splits the prompts into several chunks, the target alone on each chunk right beside the row's (`run_config(paired=)`), else the runs just before and after it: {(p, k, T, B): [(result, baseline tok/s, (two baseline runs or halves))]}, each result with the pass timings of its group (`pass_window`); the target alone's group-closing runs as (result, None, the run before it in its chain or None)."
     groups, raw = {}, {}
     for p, k in configs: groups.setdefault(p, []).append(k)   # 'none': the reference code's row, a group of its own
@@ -208,7 +213,7 @@ def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, b
                     pair = B < len(prompts)   # several chunks: each row's baseline is the target alone on the same chunks, one beside each
                     for i, k in enumerate(ks):
                         res = run_config(ref if k == 'reference' else target, models, prompts, new_tokens, p, k, T, B, now, seed=r,
-                                         paired=target if pair else None); bar.update(2 if pair else 1)
+                                         paired=target if pair else None, **({'prime': prime[:max(B, 4)]} if prime and k == 'adaptive' else {})); bar.update(2 if pair else 1)
                         if pair: done.append(((p, k, T, B), res, tuple(res.pop('base_halves')))); continue
                         after = plain(first, True) if i == len(ks) - 1 else plain(passes=False)   # one chunk: the row's speed is over the runs right before and after it
                         done.append(((p, k, T, B), res, (before, after))); before = after
@@ -319,9 +324,11 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     ctx = min(32 + new_tokens // 2, target.cfg.max_seq_len - kmax - 2)     # passes priced at the run's mean context
     costs = {b: measure_costs(target, models, proposers, min(b, n_prompts), kmax, prompts, temperatures, min(3, repeats), preset, ctx,
                               (min(48, max(16, new_tokens // 4)), max(96, new_tokens))) for b in batches}   # enough rounds to time, briefly for a small run
-    raw = _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar)
+    prime = validation_prompts(preset, n=n_prompts, length=32, offset=0.5)   # other texts, halfway between the row's: what adaptive rows' policies learn on first
+    raw = _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar, prime=prime)
     bar.close()
-    meta = dict(_grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx), filters=filters or None)
+    meta = dict(_grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx), filters=filters or None,
+                adaptive_prime={'texts_a_batch': {str(b): len(prime[:max(b, 4)]) for b in batches}, 'offset': 0.5, 'new_tokens': new_tokens})
     return dict(meta=meta, rows=[_grid_row(key, lst, raw, costs, fast) for key, lst in raw.items()])
 
 # %% ../nbs/10_bench.ipynb #a89ef862

@@ -218,11 +218,15 @@ def nats_per_byte(loss_per_token:float, n_tokens:int, n_bytes:int) -> float:
     return loss_per_token * n_tokens / n_bytes
 
 # %% ../nbs/00_corpus.ipynb #418c67a9
-def validation_prompts(preset:str|None=None, n:int=8, length:int=32) -> list[list[int]]:
+def validation_prompts(preset:str|None=None, n:int=8, length:int=32,
+                       offset:float=0.0   # each start moved on by this share of the gap between two: 0.5, texts halfway between offset 0's
+                      ) -> list[list[int]]:
     "`n` prompts of `length` tokens from evenly spaced places of the validation text."
     if n < 1 or length < 1: raise SmallemError(f"need n >= 1 and length >= 1 (got n={n}, length={length})")
+    if not 0 <= offset < 1: raise SmallemError(f"offset must be in [0, 1) (got {offset!r})")
     v = load_tokens(preset).val.astype(np.int64)
-    starts = np.linspace(0, len(v) - length - 1, n + 2)[1:-1].astype(int)
+    grid = np.linspace(0, len(v) - length - 1, n + 2)
+    starts = (grid[1:-1] + offset * (grid[1] - grid[0])).astype(int)
     out = []
     for s in starts:
         while 0 in v[s:s+length]: s += 1

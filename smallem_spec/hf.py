@@ -440,11 +440,11 @@ OUR_ROWS = (('plain, reference code', 'none', None), ('plain', 'none', None), ('
             ('mtp_v1024', 'mtp_v1024', 'adaptive'), ('draft2', 'draft2', 2), ('draft2', 'draft2', 3), ('draft2', 'draft2', 'adaptive'),
             ('draft2_v1024', 'draft2_v1024', 3), ('ngram', 'ngram', 3), ('ngram', 'ngram', 'heuristic'), ('ngram', 'ngram', 'adaptive'))
 
-def _our_configs(ref, fast, models, costs, new_tokens, rows=OUR_ROWS):
-    "Our rows on the fast path (and plain decoding on the reference code), run as `smallem_bench` runs them: one adaptive policy per row."
+def _our_configs(ref, fast, models, costs, new_tokens, rows=OUR_ROWS, prime=None):
+    "Our rows on the fast path (and plain decoding on the reference code), run as `smallem_bench` runs them: one adaptive policy per row, which first decodes the held-out prompts `prime`, untimed."
     def make(proposer, k, model):
         def run(prompts, T, seed):
-            r = run_config(model, models, prompts, new_tokens, proposer, k, T, 1, costs, seed)
+            r = run_config(model, models, prompts, new_tokens, proposer, k, T, 1, costs, seed, **({'prime': prime} if prime and k == 'adaptive' else {}))
             st = r['stats']; spec = proposer != 'none'
             return dict(secs=r['seconds'], tokens=r['tokens'], texts=r['texts'], passes=st.rounds + len(prompts) if spec else r['passes'],
                         accepted=st.accepted if spec else 0, proposed=st.proposed if spec else 0)
@@ -496,7 +496,8 @@ def peer_bench(preset:str|None='cpu', n_prompts:int=8, new_tokens:int=200, repea
             props = sorted({p for _, p, k in our_rows if k == 'adaptive'})
             costs = measure_costs(fast, models, props, 1, 6, prompts, temperatures, 1, preset, min(32 + new_tokens // 2, ref.cfg.max_seq_len - 8),
                                   (min(48, max(16, new_tokens // 4)), max(96, new_tokens))) if props else None
-            configs += _our_configs(ref, fast, models, costs, new_tokens, our_rows)
+            held = validation_prompts(preset, n_prompts, offset=0.5)[:4]   # what each adaptive row's policy decodes first, untimed (10_bench)
+            configs += _our_configs(ref, fast, models, costs, new_tokens, our_rows, held); meta['adaptive_prime'] = {'texts': len(held), 'offset': 0.5}
         try:
             for *_, run in configs:
                 for T in temperatures: run(prompts[:1], T, seed)                       # warm-up, not counted

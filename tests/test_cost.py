@@ -190,7 +190,7 @@ def test_grid_row_prices_each_row_with_the_plain_steps_around_its_group():
     assert row['pair_spread'] == 0.0                 # the two runs around each repeat ran at the same speed
 
 def _simulate_timed(monkeypatch, alpha:float, round_cost_of, texts:int=8, tokens:int=200, seed:int=0, catchup:float=0.0,
-                    policy=AdaptiveK, calls:bool=False, phase=None, verify=None, overhead:float=0.0, **kw) -> float:
+                    policy=AdaptiveK, calls:bool=False, phase=None, verify=None, overhead:float=0.0, untimed:int=0, **kw) -> float:
     "Drive AdaptiveK's timed path with a simulated clock: a plain step costs 1, a round at k costs round_cost_of(k) (plus"
     "`catchup` for the first round of a text or after plain steps: the proposer reading what it missed) and keeps each"
     "guess with probability alpha until the first refusal. `calls`: as the fused loop of 12a_fused_cpu, a choice's"
@@ -198,13 +198,15 @@ def _simulate_timed(monkeypatch, alpha:float, round_cost_of, texts:int=8, tokens
     "cost as a function of the clock; `verify`: k -> the plain steps of a round's verify pass, reported with each round"
     "(times the phase) as the fused loop reports its verify passes; `overhead`: plain steps each round costs beyond the"
     "seconds it is reported with (the interpreter around the rounds, the choices and reports), on the clock before its"
-    "report. Returns the time per token over plain decoding's at"
-    "the same phases (plain decoding's own time, step by step)."
+    "report. `untimed`: that many texts first, left out of the result (a policy that has decoded other texts before). Returns"
+    "the time per token over plain decoding's at the same phases (plain decoding's own time, step by step)."
     import random, smallem_spec.cost as cost_mod
     now = [0.0]; monkeypatch.setattr(cost_mod.time, 'perf_counter', lambda: now[0])
     f = phase or (lambda t: 1.0)
+    assert not (untimed and phase), "untimed texts with a phase: plain decoding's clock would not start where the counted texts do"
     rng, pol, spent, made = random.Random(seed), policy(6, 0.3, lambda j: 1.0, **kw), 0.0, 0
-    for _ in range(texts):
+    for i in range(texts + untimed):
+        if i == untimed: start = now[0]   # the texts that count begin
         pol.start(); left, prev = tokens, 0
         while left > 0:
             k = pol.choose()
@@ -221,7 +223,8 @@ def _simulate_timed(monkeypatch, alpha:float, round_cost_of, texts:int=8, tokens
                 if calls: pol.update(k, [n], [kk], seconds=dt, more=j > 0, **vf)
                 else: pol.update(k, [n], [k], **vf)
                 left -= n + 1; prev = k
-        spent, made = now[0], made + tokens
+        made += tokens if i >= untimed else 0
+    spent = now[0] - start
     if phase is None: return spent / made
     plain, t = 0.0, 0.0   # plain decoding over the same clock: every token one step at the host's speed of its moment
     for _ in range(made): x = f(t); t += x; plain += x
@@ -247,6 +250,40 @@ def test_adaptive_never_much_slower_than_plain(monkeypatch):
     assert mean(alpha=0.5, round_cost_of=_dear, texts=1, probe_share=1.0, budget=0.0) > 1.10      # the control: the old schedule (and no loss budget)
     # where speculation pays (cheap rounds, acceptance 0.8) the policy still takes it
     assert mean(alpha=0.8, round_cost_of=_cheap, texts=1) < 0.6
+
+def test_adaptive_policy_that_has_decoded_other_texts_keeps_a_short_row_at_plain_speed(monkeypatch):
+    "The README's job runs 4 texts of 100 tokens a row. A losing proposer (rounds of 1.4 + 0.8 k plain steps, α = 1/2, a"
+    "catch-up of 6 steps after plain ones) costs a fresh policy its first probe, 3% of such a row; the same policy after 4"
+    "other texts of 100 tokens (what `smallem_bench` has each adaptive row's policy decode first, untimed: `run_config(prime=)`)"
+    "stays within 0.5% of plain decoding. The control is the fresh policy; where speculation pays (α = 0.8, cheap rounds)"
+    "the policy that has decoded other texts keeps at least the fresh one's gain. Mean of 5 seeded runs; deterministic."
+    losing, paying = dict(alpha=0.5, round_cost_of=_dear, catchup=6.0, texts=4, tokens=100), dict(alpha=0.8, round_cost_of=_cheap, texts=4, tokens=100)
+    fresh, primed = _mean_timed(monkeypatch, **losing), _mean_timed(monkeypatch, untimed=4, **losing)
+    assert primed <= 1.005 and fresh > primed + 0.02, (fresh, primed)
+    assert _mean_timed(monkeypatch, untimed=4, **paying) <= _mean_timed(monkeypatch, **paying) < 0.6
+
+def test_run_config_primes_an_adaptive_policy_on_other_texts_untimed(monkeypatch):
+    "`run_config(prime=)`: an adaptive row's policy first decodes the held-out prompts, a chunk of the row's batch at a time,"
+    "and the row then runs with that same policy; the priming's time and tokens are not the row's (each priming call is"
+    "made to last 50 ms here, the row's calls nothing). A fixed-k row ignores `prime`."
+    import time, smallem_spec.bench as bench
+    from smallem_spec.spec import SpecStats, PARTS
+    calls = []
+    def fake_spec(target, proposer, prompts, n, k, T, g, k_policy=None):
+        calls.append((prompts, k_policy))
+        if prompts[0][0] >= 100: time.sleep(0.05)   # a held-out prompt
+        out = [[1] * n for _ in prompts]
+        return out, SpecStats.from_log([(1, [1] * len(prompts), [0] * len(prompts))] * n, 1, out, dict.fromkeys(PARTS, 0.0), 0.0, ['max_new_tokens'] * len(prompts))
+    monkeypatch.setattr(bench, 'speculative_generate', fake_spec); monkeypatch.setattr(bench, 'make_proposer', lambda *a, **kw: None)
+    class T: device = torch.device('cpu')
+    costs = dict(t1=1e-3, v={j: 1.0 for j in range(7)}, prop={0.0: {'draft2': [0.0, 0.3]}}, s={0.0: {j: 0.0 for j in range(1, 7)}}, t_step={0.0: 1e-3})
+    rows, held = [[1, 2], [3, 4], [5, 6], [7, 8]], [[100], [101], [102], [103]]
+    res = bench.run_config(T(), {}, rows, 5, 'draft2', 'adaptive', 0.0, 2, costs, prime=held)
+    assert [c[0] for c in calls] == [held[:2], held[2:], rows[:2], rows[2:]]
+    assert all(isinstance(c[1], AdaptiveK) and c[1] is calls[0][1] for c in calls)   # one policy: primed, then the row's
+    assert res['tokens'] == 20 and res['seconds'] < 0.05
+    calls.clear(); bench.run_config(T(), {}, rows, 5, 'draft2', 2, 0.0, 2, costs, prime=held)
+    assert [c[0] for c in calls] == [rows[:2], rows[2:]] and calls[0][1] is None
 
 def test_adaptive_probe_counts_the_catch_up(monkeypatch):
     "A losing proposer (rounds of 1.4 + 0.8 k plain steps, α = 1/2) whose first round after plain steps also pays a"
@@ -499,9 +536,9 @@ def test_run_grid_gives_each_group_the_costs_timed_when_it_opened(monkeypatch):
     " proposer's call timed just before it, not the grid's costs: captured from its calls of run_config, with timings that"
     " change from one window to the next, so that a row handed the costs of another group or the grid's fails."
     import smallem_spec.bench as bench
-    calls, n = [], [0]
-    def fake_run(target, models, prompts, new_tokens, p, k, T, B, costs, seed=0, paired=None):
-        n[0] += 1; calls.append((p, k, T, costs))
+    calls, n, primes = [], [0], []
+    def fake_run(target, models, prompts, new_tokens, p, k, T, B, costs, seed=0, paired=None, prime=None):
+        n[0] += 1; calls.append((p, k, T, costs)); primes.append(prime)
         return dict(seconds=0.01 * n[0], passes=20, prefill=0.001, prefills=1, tokens=20)
     passes = iter(range(1, 100))
     monkeypatch.setattr(bench, 'run_config', fake_run)
@@ -511,7 +548,8 @@ def test_run_grid_gives_each_group_the_costs_timed_when_it_opened(monkeypatch):
         def update(self, n=1): pass
     cst = dict(t1=0.002, v={0: 1.0, 1: 1.0, 2: 1.0}, kmax=2, prop={0.0: {'mtp': [0.0, 0.5], 'draft2': [0.0, 0.3]}}, t_step={0.0: 0.0017},
                rho_k={}, s={0.0: {1: 0.0, 2: 0.0}})
-    raw = bench._run_grid(None, None, {}, [[1]], 20, [('mtp', 1), ('mtp', 'adaptive'), ('draft2', 'adaptive')], (0.0,), (1,), 1, {1: cst}, Bar())
+    held = [[2], [3], [4], [5], [6]]
+    raw = bench._run_grid(None, None, {}, [[1]], 20, [('mtp', 1), ('mtp', 'adaptive'), ('draft2', 'adaptive')], (0.0,), (1,), 1, {1: cst}, Bar(), prime=held)
     opened = [res for res, _, _ in raw[('none', 0, 0.0, 1)]]   # the target alone's runs that timed the passes, in order
     rows = [(p, k, c) for p, k, T, c in calls if p != 'none']
     assert [(p, k) for p, k, _ in rows] == [('mtp', 1), ('mtp', 'adaptive'), ('draft2', 'adaptive')]
@@ -519,6 +557,7 @@ def test_run_grid_gives_each_group_the_costs_timed_when_it_opened(monkeypatch):
         want = bench._costs_now(cst, 0.0, p, before['pass_t'], bench._window_proposer(None, {}, [], p, 0.0, cst), before)
         assert c == want and c is not cst and c['t1'] == before['pass_t'][1], (p, k)
     assert rows[0][2]['t1'] != rows[2][2]['t1'] and rows[2][2]['prop'][0.0]['draft2'][1] == pytest.approx(3e-4 / rows[2][2]['t1'])
+    assert [x for (p, *_), x in zip(calls, primes) if p != 'none'] == [None, held[:4], held[:4]]   # adaptive rows' policies decode 4 held-out texts first (batch 1)
 
 def test_grid_row_prices_the_passes_timed_around_its_group():
     "The plain runs around a group also time the target's passes over 1..kmax+1 tokens (`pass_t`, as `measure_costs` times"
