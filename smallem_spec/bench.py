@@ -194,7 +194,7 @@ def _costs_now(cst, T, p, pass_t, pw, run) -> dict:
             't_step': {**cst.get('t_step', {}), T: _plain_step(run)}}
 
 def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar,
-              prime=None) -> dict:   # held-out prompts each adaptive row's policy decodes first, untimed (`run_config(prime=)`): B of them at batch B, at least 4
+              prime=None, prime_texts:int=4) -> dict:   # held-out prompts each adaptive row's policy decodes first, untimed (`run_config(prime=)`): `prime_texts` of them, at least B at batch B; 0, none
     "Every configuration `repeats` times, each proposer's rows (all its k) between two runs of the target alone that also time the target's passes, and each row against its own baseline: at a batch that splits the prompts into several chunks, the target alone on each chunk right beside the row's (`run_config(paired=)`), else the runs just before and after it: {(p, k, T, B): [(result, baseline tok/s, (two baseline runs or halves))]}, each result with the pass timings of its group (`pass_window`); the target alone's group-closing runs as (result, None, the run before it in its chain or None)."
     groups, raw = {}, {}
     for p, k in configs: groups.setdefault(p, []).append(k)   # 'none': the reference code's row, a group of its own
@@ -213,7 +213,7 @@ def _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, b
                     pair = B < len(prompts)   # several chunks: each row's baseline is the target alone on the same chunks, one beside each
                     for i, k in enumerate(ks):
                         res = run_config(ref if k == 'reference' else target, models, prompts, new_tokens, p, k, T, B, now, seed=r,
-                                         paired=target if pair else None, **({'prime': prime[:max(B, 4)]} if prime and k == 'adaptive' else {})); bar.update(2 if pair else 1)
+                                         paired=target if pair else None, **({'prime': prime[:max(B, prime_texts)]} if prime and prime_texts > 0 and k == 'adaptive' else {})); bar.update(2 if pair else 1)
                         if pair: done.append(((p, k, T, B), res, tuple(res.pop('base_halves')))); continue
                         after = plain(first, True) if i == len(ks) - 1 else plain(passes=False)   # one chunk: the row's speed is over the runs right before and after it
                         done.append(((p, k, T, B), res, (before, after))); before = after
@@ -303,9 +303,11 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
           temperatures=(0.0, 1.0), batches=(1, 8), repeats:int=3, progress:bool=True, device=None, fast:bool=True,
           top_k:int|None=None, top_p:float|None=None, min_p:float|None=None,   # filters of every sampled row (06a_filters)
           precision:str|None=None,         # every fast model's panels (target alone included): None, each model's faster of fp32 and fp16 on this machine (12_fast_path); 'fp32', 'fp16', 'bf16'
-          proposer_bf16:bool|None=None) -> dict:   # proposing passes on bf16 panels (None: where the processor has AVX-512 BF16; 12a_fused_cpu)
+          proposer_bf16:bool|None=None,    # proposing passes on bf16 panels (None: where the processor has AVX-512 BF16; 12a_fused_cpu)
+          prime_texts:int=4) -> dict:      # held-out texts each adaptive row's policy decodes first, untimed (at least the batch); 0: a fresh policy
     "Run the benchmark grid on the fast path (or the reference code); returns {'meta': ..., 'rows': [...]}."
     preset = preset_name(preset); _check_grid(proposers, ks, temperatures, n_prompts, new_tokens, repeats, batches)
+    if not isinstance(prime_texts, int) or prime_texts < 0: raise SmallemError(f"prime_texts must be an integer >= 0 (got {prime_texts!r})")
     filters = {n: v for n, v in (('top_k', top_k), ('top_p', top_p), ('min_p', min_p)) if v is not None}
     if filters and not any(T > 0 for T in temperatures): raise SmallemError(f"{', '.join(filters)} filter sampled rows: add a temperature > 0")
     temperatures = tuple(sampling(T, top_k, top_p, min_p) if T > 0 else T for T in temperatures)
@@ -325,10 +327,10 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     costs = {b: measure_costs(target, models, proposers, min(b, n_prompts), kmax, prompts, temperatures, min(3, repeats), preset, ctx,
                               (min(48, max(16, new_tokens // 4)), max(96, new_tokens))) for b in batches}   # enough rounds to time, briefly for a small run
     prime = validation_prompts(preset, n=n_prompts, length=32, offset=0.5)   # other texts, halfway between the row's: what adaptive rows' policies learn on first
-    raw = _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar, prime=prime)
+    raw = _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar, prime=prime, prime_texts=prime_texts)
     bar.close()
     meta = dict(_grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx), filters=filters or None,
-                adaptive_prime={'texts_a_batch': {str(b): len(prime[:max(b, 4)]) for b in batches}, 'offset': 0.5, 'new_tokens': new_tokens})
+                adaptive_prime={'texts_a_batch': {str(b): len(prime[:max(b, prime_texts)]) if prime_texts > 0 else 0 for b in batches}, 'offset': 0.5, 'new_tokens': new_tokens})
     return dict(meta=meta, rows=[_grid_row(key, lst, raw, costs, fast) for key, lst in raw.items()])
 
 # %% ../nbs/10_bench.ipynb #a89ef862
@@ -470,6 +472,8 @@ def bench_cli(argv=None):
                    help="every fast model's panels, the target alone's too: auto, the faster of fp32 and fp16 on this machine (12_fast_path); fp16, the weights as saved; bf16, AVX-512 BF16 processors (12a_fused_cpu)")
     p.add_argument('--proposer-bf16', choices=('auto', 'on', 'off'), default='auto',
                    help='proposing passes (drafters, the MTP module) on bf16 panels; auto: where the processor has AVX-512 BF16; off: fp16 drafters, fp32 MTP')
+    p.add_argument('--prime-texts', type=int, default=4,
+                   help="held-out validation texts each adaptive row's policy decodes first, untimed, as a server's has decoded earlier requests (at least the batch); 0: a fresh policy")
     a = p.parse_args(argv)
     try:                                        # refuse an unwritable output before minutes of work, creating nothing
         for opt, path in (('--json', a.json), ('--plot', a.plot)):
@@ -478,7 +482,7 @@ def bench_cli(argv=None):
     try:
         res = bench(a.preset, a.prompts, a.new_tokens, [x.strip() for x in a.proposers.split(',') if x.strip()], a.k,
                     a.temperature, a.batch, a.repeats, fast=not a.reference, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p,
-                    precision=None if a.precision == 'auto' else a.precision, proposer_bf16={'auto': None, 'on': True, 'off': False}[a.proposer_bf16])
+                    precision=None if a.precision == 'auto' else a.precision, proposer_bf16={'auto': None, 'on': True, 'off': False}[a.proposer_bf16], prime_texts=a.prime_texts)
     except SmallemError as e: p.exit(2, f"smallem_bench: error: {e}\n")
     print(format_table(res))
     if a.json: Path(a.json).write_text(json.dumps(res, indent=1) + '\n'); print(f"result written to {a.json} (meta: processor, versions, costs; rows)")
