@@ -63,7 +63,8 @@ class AdaptiveK:
                  timed:bool=True,          # time rounds with the loop's clock and price each k by what it cost there
                  probe_every:int=16,       # plain steps before speculating again (times `backoff` after each probe that fails, up to 64 times)
                  probe_rounds:int=4,       # speculative rounds a probe lasts, at least k0 guesses each (its first pays the proposer's catch-up and is not timed)
-                 plain_every:int=128,      # re-time plain steps after this many rounds
+                 plain_every:int=128,      # re-time plain steps after this many rounds (the first time; then each interval twice the last)
+                 plain_most:int=8,         # ... up to this many times plain_every
                  margin:float=0.02,        # speculate only where a k is predicted to beat plain steps by this much
                  backoff:int=2,            # how much longer each stretch of plain steps is than the last, after a probe that failed
                  probe_share:float=0.03,   # and at least long enough that the next probe is expected to lose no more than this share of it
@@ -92,6 +93,7 @@ class AdaptiveK:
         self.catchup, self._cu = 0.0, []                # what a probe's first round pays beyond a usual round (plain steps), its last values
         self.warm, self.timed_steps, self.switch, self._sw, self._timing = warm, timed_steps, 0.0, [], False   # what the first `warm` plain steps after rounds pay beyond the unit
         self.ahead, self._timed_at = max(1, ahead), 0   # the round count at the last timing of plain steps
+        self.plain_most, self._every = plain_most, plain_every   # rounds until the next timing of plain steps
         self.budget, self.ledger, self.done = budget, 0.0, 0.0   # plain steps the timed rounds lost beyond what they returned (gains count against it); tokens so far
         self.hope, self.hopeless = hope, None                     # decided at the first choice, from the costs known beforehand
         self.unit, self.n0, self.z, self.z_rounds, self.explore = unit, n0, z, z_rounds, explore
@@ -155,7 +157,9 @@ def choose(self:AdaptiveK) -> int:
         if g[k] < 1.0 and self.rounds % self.probe_every: k = 0
     elif self._left > 0: k, self.steps, self._left = 0, self._left, 0          # a stretch the end of a text cut short
     elif self.hopeless: k, self.steps = 0, 64 * self.probe_every               # plain steps only: no probe could find a k that pays
-    elif self.t_plain is None or self.rounds - self._timed_at >= self.plain_every: k, self.steps, self._timing, self._timed_at = 0, self.warm + self.timed_steps, True, self.rounds   # time plain steps
+    elif self.t_plain is None or self.rounds - self._timed_at >= self._every:   # time plain steps; each re-timing waits twice as long as the one before (up to plain_most times plain_every)
+        if self.t_plain is not None: self._every = min(2 * self._every, self.plain_most * self.plain_every)
+        k, self.steps, self._timing, self._timed_at = 0, self.warm + self.timed_steps, True, self.rounds
     elif self._burst > 0: self.steps = self._burst; self._burst -= 1; k = max(k, self.k0)   # a probe: speculate, at least k0 guesses (one guess tells little of the next)
     elif g[k] < 1.0 + self.margin and self.timed_rounds.get(k, 0) >= 3 and (max(self.gains(self.z if self.timed_rounds[k] < self.z_rounds else 0.0).values()) < 1.0 + self.margin   # no k pays, by what the best one was seen to cost, even hoping for z standard errors more acceptance while it is thinly timed,
             or (self.budget > 0 and self.ledger > self.budget * self.done + self.hope_loss * self.probe_rounds * self.cost(k))):   # or the hope has lost, by the wall clock, more than the budget allows and `hope_loss` probes' worth besides

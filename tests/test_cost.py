@@ -424,18 +424,29 @@ def test_adaptive_prices_by_hand(monkeypatch):
 
 def test_adaptive_retimes_plain_steps_when_rounds_come_in_calls(monkeypatch):
     "Where the loop runs a choice's rounds in one call (12a_fused_cpu: `ahead` rounds, each reported with more=True), the"
-    "choices fall on rounds 1, 33, 65, ...: the plain steps are still re-timed about every `plain_every` rounds (a count"
-    "since the last timing; `rounds % plain_every == 0` would never hold there). A proposer that pays, 1,024 rounds."
+    "choices fall on rounds 1, 33, 65, ...: the plain steps are still re-timed on schedule (a count since the last timing;"
+    "`rounds % plain_every == 0` would never hold there). The schedule: the first timing before any round, the next after"
+    "`plain_every` = 128 rounds, each later one after twice as many as the one before, up to `plain_most` = 8 times 128"
+    "(about 4% of an MTP row went to those stretches of 20 plain steps every 128 rounds in a trace on the Intel Xeon)."
+    "With plain_most = 1, every 128 rounds as before. A proposer that pays, 4,096 rounds."
     import smallem_spec.cost as cost_mod
     now = [0.0]; monkeypatch.setattr(cost_mod.time, 'perf_counter', lambda: now[0])
-    pol, timings, rounds = AdaptiveK(6, 0.05, lambda j: 1.0, probe_rounds=1), 0, 0
-    while rounds < 1024:
-        k = pol.choose()
-        if k == 0:
-            timings += pol._timing; now[0] += pol.steps; pol.update(0, [], [], steps=pol.steps); continue
-        for j in range(pol.steps):   # every guess kept: each round costs 1 + 0.05 k steps and returns k + 1 tokens
-            pol.update(k, [k], [k], seconds=1.0 + 0.05 * k, more=j > 0); rounds += 1
-    assert pol.ahead == 32 and 1024 // 128 - 1 <= timings <= 1024 // 128 + 1, timings
+    def timed_at(**kw):
+        pol, at, rounds = AdaptiveK(6, 0.05, lambda j: 1.0, probe_rounds=1, **kw), [], 0
+        while rounds < 4096:
+            k = pol.choose()
+            if k == 0:
+                if pol._timing: at.append(rounds)
+                now[0] += pol.steps; pol.update(0, [], [], steps=pol.steps); continue
+            for j in range(pol.steps):   # every guess kept: each round costs 1 + 0.05 k steps and returns k + 1 tokens
+                pol.update(k, [k], [k], seconds=1.0 + 0.05 * k, more=j > 0); rounds += 1
+        assert pol.ahead == 32
+        return at
+    at = timed_at(); gaps = [b - a for a, b in zip(at, at[1:])]
+    assert at[0] == 0 and len(gaps) >= 5 and all(g == 1024 for g in gaps[3:]), at                 # 1,024 rounds apart in the end
+    assert [(128 * 2 ** i) // 32 * 32 <= g <= 128 * 2 ** i + 32 for i, g in enumerate(gaps[:4])] == [True] * 4, gaps   # 128, 256, 512, 1024 (calls of 32 rounds)
+    every = timed_at(plain_most=1)
+    assert 4096 // 128 - 1 <= len(every) <= 4096 // 128 + 1, every                               # the control: every 128 rounds
 
 def _draft4_like(monkeypatch, catchup:float=1.0, **kw) -> float:
     "A drafter like draft4 on the AMD EPYC: rounds of 1.6 + 0.5 k plain steps, α = 0.78 (every k loses: x0.85-0.92),"
