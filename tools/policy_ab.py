@@ -8,7 +8,7 @@ versions one after the other (which goes first alternates), then fixed k rows fo
 batch 1, each policy first decoding 4 held-out texts untimed (as `smallem_bench`), each row with its own paired plain
 decoding (`run_config(paired=)`). Run it on a machine doing nothing else. Writes `nbs/bench/policy_ab_cpu_<kind>.json`.
 """
-import argparse, collections, importlib.util, json, statistics, subprocess, sys, time, types
+import argparse, collections, json, os, statistics, subprocess, sys, time, types
 from pathlib import Path
 
 def load_old(rev: str, root: Path):
@@ -40,8 +40,10 @@ def main():
     target = FastSmallem(load_or_train('cpu', 'target'))
     models = {m: FastSmallem(load_or_train('cpu', m)) for m in ('draft2', 'draft4') if any(p.startswith(m) for p in props)}
     prompts = validation_prompts('cpu', n=8, length=32); held = validation_prompts('cpu', n=8, length=32, offset=0.5)[:4]
+    new_tokens, load0 = 200, os.getloadavg()
     for p in props: B.run_config(target, models, prompts[:1], 8, p, 2, 0.0, 1, None)   # warm-up
-    costs = B.measure_costs(target, models, props, 1, 6, prompts, tuple(Ts), 1, 'cpu', 132, (48, 200))
+    costs = B.measure_costs(target, models, props, 1, B.ADAPTIVE_KMAX, prompts, tuple(Ts), 1, 'cpu', min(32 + new_tokens // 2, target.cfg.max_seq_len - B.ADAPTIVE_KMAX - 2),
+                            (min(48, max(16, new_tokens // 4)), max(96, new_tokens)))   # as `bench` prices a run of this size
     versions = {'before': old.AdaptiveK, 'after': AdaptiveK}
     rows, t0 = collections.defaultdict(list), time.time()
     def speed(res):
@@ -54,11 +56,11 @@ def main():
                 for p in props:
                     for name in (list(versions) if r % 2 == 0 else list(versions)[::-1]):
                         B.AdaptiveK = versions[name]
-                        res = B.run_config(target, models, prompts, 200, p, 'adaptive', T, 1, costs, seed=r, paired=target, prime=held)
+                        res = B.run_config(target, models, prompts, new_tokens, p, 'adaptive', T, 1, costs, seed=r, paired=target, prime=held)
                         rows[(p, T, name)].append([round(speed(res), 4), round(statistics.mean(res['stats'].k_used), 3)])
                     B.AdaptiveK = real
                     for k in fixed:
-                        res = B.run_config(target, models, prompts, 200, p, k, T, 1, costs, seed=r, paired=target)
+                        res = B.run_config(target, models, prompts, new_tokens, p, k, T, 1, costs, seed=r, paired=target)
                         rows[(p, T, f'k={k}')].append([round(speed(res), 4), k])
     finally: B.AdaptiveK = real
     after = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=root, capture_output=True, text=True).stdout.strip()
@@ -68,7 +70,8 @@ def main():
                          torch=torch.__version__, threads=torch.get_num_threads(), before=a.before, after=after + ('+changes' if dirty else ''),
                          when=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t0)) + ' to ' + time.strftime('%H:%M UTC', time.gmtime()),
                          size='8 prompts x 200 tokens, batch 1, 4 held-out texts decoded first by each adaptive policy',
-                         note='each row: [speed-up over its own paired plain decoding, mean k]; nothing else ran on the machine'),
+                         loadavg=dict(start=[round(x, 2) for x in load0], end=[round(x, 2) for x in os.getloadavg()]),   # this run's own threads count: about its thread number
+                         note='each row: [speed-up over its own paired plain decoding, mean k]; to be run with nothing else on the machine'),
                rows=[dict(proposer=p, temperature=T, version=n, runs=v) for (p, T, n), v in rows.items()])
     path = Path(a.out) if a.out else root / 'nbs' / 'bench' / f"policy_ab_cpu_{info['kind']}.json"
     path.write_text(json.dumps(out, indent=1) + '\n')
