@@ -183,18 +183,24 @@ def train_model(preset:str|None=None, name:str='target', tc:TrainConfig|None=Non
                 state:Path|None=None,        # resumable: the run saves itself here at every evaluation and when it stops, and goes on from it
                 until:int|None=None,         # with `state`: stop after this many steps in all (a test's way to interrupt a run)
                 teacher:Smallem|None=None,   # for a `_kd` drafter: the target it learns from (default: the family's, by `load_or_train`)
-                layers:int|None=None         # blocks instead of the preset's: a candidate of another depth (loaded once the preset says so)
+                layers:int|None=None,        # blocks instead of the preset's: a candidate of another depth (loaded once the preset says so)
+                dim:int|None=None,           # width instead of the preset's (heads of the preset's head size): a wider candidate
+                ffn_dim:int|None=None        # hidden size of the feed-forward blocks instead of the preset's
                ) -> tuple[Smallem|None, dict]:
     "Train model `name` of a preset's family; returns the model and its training record (the model is None for a resumable run stopped early)."
     preset = preset_name(preset); tc = tc or TRAIN_PRESETS[preset]; device = device or default_device()
     cfg = model_config(preset, name); data = data or load_tokens(preset, tc.extra_text or None)
     if layers is not None: cfg = replace(cfg, n_layers=layers)
+    if dim is not None:
+        if dim % cfg.head_dim: raise SmallemError(f"width {dim} is not a multiple of the preset's head size {cfg.head_dim}")
+        cfg = replace(cfg, dim=dim, n_heads=dim // cfg.head_dim)
+    if ffn_dim is not None: cfg = replace(cfg, ffn_dim=ffn_dim)
     torch.manual_seed(tc.seed); g = torch.Generator().manual_seed(tc.seed)
     model = Smallem(cfg).to(device).train().set_dropout(tc.dropout)
     decay = [p for p in model.parameters() if p.dim() >= 2]; other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{'params': decay, 'weight_decay': tc.weight_decay}, {'params': other, 'weight_decay': 0.}],
                             lr=tc.lr, betas=(0.9, 0.95), fused=device == 'cuda')
-    run = {'preset': preset, 'name': name, 'train_config': asdict(tc), 'n_layers': cfg.n_layers}
+    run = {'preset': preset, 'name': name, 'train_config': asdict(tc), 'n_layers': cfg.n_layers, 'dim': cfg.dim, 'ffn_dim': cfg.ffn_dim}
     if not name.endswith('_kd'): teacher = None
     else:                                          # distilled toward the family's target (trained first by `--name all`)
         teacher = (teacher if teacher is not None else load_or_train(preset, 'target', device=device, progress=progress)).to(device).eval().requires_grad_(False)
@@ -338,6 +344,8 @@ def train_cli(argv=None):
     p.add_argument('--minutes', type=float, default=None, help='stop after this many minutes')
     p.add_argument('--dropout', type=float, default=None, help="residual dropout while training (default: the preset's, 0)")
     p.add_argument('--layers', type=int, default=None, help="blocks of the model instead of the preset's (a candidate of another depth: its checkpoint loads once the preset has that depth)")
+    p.add_argument('--dim', type=int, default=None, help="width of the model instead of the preset's, in heads of the preset's head size (a wider candidate, loaded as --layers' are)")
+    p.add_argument('--ffn-dim', type=int, default=None, help="hidden size of the feed-forward blocks instead of the preset's")
     p.add_argument('--extra-text', default=None, choices=EXTRA_TEXTS, help="more training text: folio = the First Folio editions of the training plays (the validation plays stay unseen), kjv = the King James Bible")
     p.add_argument('--ema', type=float, default=None, metavar='DECAY', help="keep a moving average of the weights with this decay per step (e.g. 0.998), evaluated beside them and saved as the model (default: none)")
     p.add_argument('--mtp-weight', type=float, default=None, help="weight of the target's MTP loss (default: the preset's, 0.3)")
@@ -357,6 +365,8 @@ def train_cli(argv=None):
         if a.mtp_distill is not None and a.name != 'target': raise SmallemError(f"--mtp-distill trains the target's MTP module: use it with --name target (got {a.name})")
         if a.mtp_distill is not None and a.mtp_distill < 1: raise SmallemError(f"--mtp-distill must be >= 1 (got {a.mtp_distill})")
         if a.layers is not None and not 1 <= a.layers <= 64: raise SmallemError(f"--layers must be in 1..64 (got {a.layers})")
+        if a.dim is not None and not 16 <= a.dim <= 4096: raise SmallemError(f"--dim must be in 16..4096 (got {a.dim})")
+        if a.ffn_dim is not None and not 16 <= a.ffn_dim <= 16384: raise SmallemError(f"--ffn-dim must be in 16..16384 (got {a.ffn_dim})")
         if a.dropout is not None and not 0 <= a.dropout < 1: raise SmallemError(f"--dropout must be in [0, 1) (got {a.dropout})")
         if a.ema is not None and not 0 < a.ema < 1: raise SmallemError(f"--ema must be in (0, 1) (got {a.ema})")
         if a.mtp_weight is not None and not 0 <= a.mtp_weight < math.inf: raise SmallemError(f"--mtp-weight must be a finite number >= 0 (got {a.mtp_weight})")
@@ -379,10 +389,10 @@ def train_cli(argv=None):
         for n in names:
             st = out/f'{n}.state.pt' if a.resume else None
             teacher = load_checkpoint(out, 'target', preset) if n.endswith('_kd') and (out/'target.json').exists() else None   # the target beside it
-            model, rec = train_model(preset, n, tc, a.minutes, data=data, state=st, teacher=teacher, layers=a.layers)
+            model, rec = train_model(preset, n, tc, a.minutes, data=data, state=st, teacher=teacher, layers=a.layers, dim=a.dim, ffn_dim=a.ffn_dim)
             if model is None:
                 print(f"{n}: stopped after step {rec['steps']} of {rec['of']}; the same command goes on from {st}", flush=True); continue
-            cmd = (f"smallem_train --preset {preset} --name {n} --steps {tc.steps}" + (f" --minutes {a.minutes}" if a.minutes else "") + (f" --layers {a.layers}" if a.layers else "")
+            cmd = (f"smallem_train --preset {preset} --name {n} --steps {tc.steps}" + (f" --minutes {a.minutes}" if a.minutes else "") + (f" --layers {a.layers}" if a.layers else "") + (f" --dim {a.dim}" if a.dim else "") + (f" --ffn-dim {a.ffn_dim}" if a.ffn_dim else "")
                    + (f" --dropout {tc.dropout:g}" if a.dropout is not None else "") + (f" --mtp-weight {tc.mtp_weight:g}" if a.mtp_weight is not None else "") + (f" --extra-text {tc.extra_text}" if tc.extra_text else "") + (f" --ema {tc.ema:g}" if tc.ema else "")
                    + (" --resume" if a.resume else "") + f" --out {a.out or out}")
             save_checkpoint(model, out, n, rec, th, getattr(torch, a.dtype), cmd)

@@ -22,6 +22,7 @@ REFUSED = [
     ('smallem_train', ['--steps', '0', '--preset', 'tiny'], '--steps must be'),
     ('smallem_train', ['--dropout', '1.5', '--preset', 'tiny'], '--dropout must be'),
     ('smallem_train', ['--layers', '0', '--preset', 'tiny'], '--layers must be'),
+    ('smallem_train', ['--dim', '0', '--preset', 'tiny'], '--dim must be'),
     ('smallem_train', ['--ema', '1', '--preset', 'tiny'], '--ema must be'),
     ('smallem_train', ['--mtp-weight', 'inf', '--preset', 'tiny'], '--mtp-weight must be'),
     ('smallem_train', ['--mtp-distill', '0', '--name', 'target', '--preset', 'tiny'], '--mtp-distill must be'),

@@ -87,3 +87,19 @@ def test_a_candidate_of_another_depth(tmp_path):
     st = tmp_path/'t.state.pt'
     train_model('tiny', 'target', TC, progress=False, state=st, until=2, layers=3)
     with pytest.raises(SmallemError, match='another run'): train_model('tiny', 'target', TC, progress=False, state=st)
+
+def test_a_wider_candidate(tmp_path):
+    "`--dim`/`--ffn-dim`: a model of another width (heads of the preset's size) and feed-forward size, both in the manifest"
+    " and the command; a saved run of another width is refused on resuming; the preset's loader refuses the checkpoint."
+    from smallem_spec.train import load_checkpoint
+    cmd = [sys.executable, '-c', 'from smallem_spec.train import train_cli; train_cli()', '--preset', 'tiny', '--name', 'target',
+           '--steps', '2', '--dim', '96', '--ffn-dim', '160', '--out', str(tmp_path)]
+    r = subprocess.run(cmd, capture_output=True, text=True); assert r.returncode == 0, r.stdout + r.stderr
+    import json; man = json.loads((tmp_path/'target.json').read_text())
+    assert (man['config']['dim'], man['config']['n_heads'], man['config']['ffn_dim']) == (96, 3, 160), man['config']
+    assert ' --dim 96 --ffn-dim 160 ' in man['command']
+    with pytest.raises(SmallemError, match='another configuration'): load_checkpoint(tmp_path, 'target', 'tiny')
+    with pytest.raises(SmallemError, match='not a multiple'): train_model('tiny', 'target', TC, progress=False, dim=100)
+    st = tmp_path/'t.state.pt'
+    train_model('tiny', 'target', TC, progress=False, state=st, until=2, dim=96)
+    with pytest.raises(SmallemError, match='another run'): train_model('tiny', 'target', TC, progress=False, state=st)
