@@ -1099,21 +1099,22 @@ def spec_round(self:FusedPass, cache, sids, pcache, psids, starts:list[int], pst
     "A round in one call (`smallem_round`), with the MTP module or, given `draft` (the draft model's `FusedPass`) and `ptrue` (its true text's length per row), a draft model; sampling (`temperature` > 0) with the uniforms `u` [B·(2K+1)] float64 and `q` [B, K, V], the laws of the guesses `d`, overwritten with those of the next ones (`mode`: the planted controls of `smallem_decide`). `starts`, `pstarts`: each row's true length in the target's cache and in the module's (a draft model's is `ptrue`). The caller has appended the target's pages (ks + 1 tokens a row) and the proposer's (up to 2K past its true text). `d`: the guesses [B·K] flat. Returns (the next guesses, flat; emitted tokens, -1 after, [B·(K+1)]; guesses kept [B]; next guesses that count [B]; seconds of the target's pass, of the decision and of the proposer's passes). With `maxr` > 0, rounds one after another in one call (`smallem_rounds`: the caches hold pages for each row's whole text; `u` holds maxr rounds' uniforms); returns (the next guesses; the next ks, last tokens, tokens left, draft models' true lengths; the target's and the module's true lengths; each round's [ks, kept] per row; the tokens each row emitted; the three clocks; each round's seconds)."
     c, B, T, nth = self.cfg, len(sids), K + 1, torch.get_num_threads()
     R, D, V, owner = B * T, c.dim, c.vocab_size, draft or self
+    Dm = owner.cfg.dim                  # the proposer's width: a draft model may be narrower or wider than the target
     Pt, Pm = -(-cache.max_len // cache.page_size), -(-pcache.max_len // pcache.page_size)   # page tables as wide as the longest text: a fixed layout
     key = (B, K, nth, id(owner), Pt, Pm, cache.page_size, pcache.page_size)
     if key not in self._rounds:   # what stays from round to round: buffers, the integers' array, the two passes' arguments
         top = max(c.max_seq_len, cache.max_len, pcache.max_len) - 1   # the attention's chunks of the longest text either cache holds
         need = max(self.lib.smallem_work_floats(R, D, c.ffn_dim, top, nth),
-                   self.lib.smallem_work_floats(R, D, owner.cfg.ffn_dim, top, nth))
+                   self.lib.smallem_work_floats(R, Dm, owner.cfg.ffn_dim, top, nth))
         if len(self._rounds) > 8: self._rounds.clear()
-        work, fl, lo = torch.empty(need), torch.empty(2 * R * (D + V)), torch.empty(2 * R, dtype=torch.long)
+        work, fl, lo = torch.empty(need), torch.empty(R * (D + V) + R * (Dm + V)), torch.empty(2 * R, dtype=torch.long)
         ints = (ctypes.c_long * (B * (Pt + Pm) + 8 * B + B * K + R + 2 * B))()
         at = lambda i: ctypes.addressof(ints) + ctypes.sizeof(ctypes.c_long) * i
         i_tst, i_mpt = B * Pt, B * Pt + 2 * B; i_ms = i_mpt + B * Pm; i_ints = i_ms + B
         t, m = PassArgs.from_buffer_copy(self.main['args']), PassArgs.from_buffer_copy((self.mtp if draft is None else draft.main)['args'])
         f0, l0 = fl.data_ptr(), lo.data_ptr()
         for a, P, S, pt, st, x, lg, best in ((t, Pt, cache.page_size, 0, i_tst, f0, f0 + 4 * R * D, l0),
-                                             (m, Pm, pcache.page_size, i_mpt, i_ms, f0 + 4 * R * (D + V), f0 + 4 * R * (2 * D + V), l0 + 8 * R)):
+                                             (m, Pm, pcache.page_size, i_mpt, i_ms, f0 + 4 * R * (D + V), f0 + 4 * R * (D + Dm + V), l0 + 8 * R)):
             a.B, a.S, a.P, a.nthreads = B, S, P, nth
             a.pt, a.starts, a.x, a.logits, a.best, a.work = at(pt), at(st), x, lg, best, work.data_ptr()
         t.nnew = at(i_tst + B)
@@ -1156,7 +1157,7 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
     if (os.environ.get('SMALLEM_ROUNDS', 'fused') != 'fused' or not getattr(proposer, 'fused_rounds', False) or k < 1
             or (k_policy is not None and plain_stretch is None)
             or (mtp and (proposer.target is not target or getattr(self, 'mtp', None) is None))
-            or (not mtp and (draft is None or draft.lib is not self.lib or draft.cfg.dim != self.cfg.dim or draft.cfg.max_seq_len != self.cfg.max_seq_len))
+            or (not mtp and (draft is None or draft.lib is not self.lib or draft.cfg.max_seq_len != self.cfg.max_seq_len))
             or (proposer.vocab is not None and proposer.vocab.numel() % 32) or residual not in _MODES or (temperature > 0 and self.cfg.vocab_size % 16)):
         return None
     L = target.cfg.max_seq_len; budget = [min(max_new_tokens, L - len(p) + 1) for p in prompts]
