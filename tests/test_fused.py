@@ -563,7 +563,8 @@ def test_fused_rounds_with_a_drafter_of_another_width(cpu_models, fast, prompts,
     "Rounds in one call with a draft model wider or narrower than the target: the fused loop runs, and gives the texts of plain"
     " greedy decoding and the rounds and kept guesses of the loop of 05_greedy. The wider drafter is draft2 padded to width 256"
     " with zeros (the same function, so most guesses are kept and a corrupted guess would show); the narrower one (width 128) is"
-    " untrained. Buffers sized for the target's width instead (tried when it was written) pass this test too (the overrun corrupts"
+    " untrained. Before the change the fused loop refused any other width and the general loop ran, which the first assertion"
+    " rejects. Buffers sized for the target's width instead (tried when it was written) pass this test too (the overrun corrupts"
     " nothing it reads), so the sizes are right by construction in `spec_round`, not shown by this test."
     from dataclasses import replace
     from smallem_spec.model import Smallem
