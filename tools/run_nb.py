@@ -1,0 +1,33 @@
+"""Fill a notebook's outputs in place, skipping the cells flagged `#| slow`, `#| cuda` or `#| eval: false`.
+
+    python tools/run_nb.py nbs/05_greedy.ipynb [more.ipynb ...] [--all]
+
+Cells that are skipped keep their stored outputs (a `#| slow` cell's come from a full run, as DESIGN.md says), the
+others are executed in order in one IPython shell (execnb, as `nbdev_test` does) and get fresh outputs. `--all` runs
+the slow cells too. The notebook is written only if no cell raised; the first error is printed with its cell's number.
+Run `nbdev_clean` afterwards, as the test command checks that the notebooks are clean.
+"""
+import re, sys, time
+from pathlib import Path
+from execnb.nbio import read_nb, write_nb
+from execnb.shell import CaptureShell
+
+FLAGS = re.compile(r'^#\|\s*(slow|cuda|eval:\s*false)\b', re.M)
+
+def run(path: Path, run_slow: bool = False) -> bool:
+    nb = read_nb(path); sh = CaptureShell(); sh.set_path(path.parent.resolve()); t0 = time.time()
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != 'code': continue
+        m = FLAGS.search(cell.source)
+        if m and not (run_slow and m.group(1) == 'slow'): continue
+        sh.cell(cell)
+        if sh.exc:
+            print(f"{path}: cell {i} raised {type(sh.exc).__name__}: {sh.exc}\n--- its source:\n{cell.source[:800]}", file=sys.stderr)
+            return False
+    write_nb(nb, path); print(f"{path}: outputs written ({time.time()-t0:.0f} s)"); return True
+
+if __name__ == '__main__':
+    args = [a for a in sys.argv[1:] if not a.startswith('--')]
+    if not args: sys.exit(__doc__)
+    ok = all([run(Path(a), '--all' in sys.argv) for a in args])
+    sys.exit(0 if ok else 1)
