@@ -1,4 +1,5 @@
-"""Fill a notebook's outputs in place, skipping the cells flagged `#| slow`, `#| cuda` or `#| eval: false`.
+"""Fill a notebook's outputs in place, skipping the cells flagged `#| slow`, `#| cuda` or `#| eval: false`
+(and the tail cell that calls `nbdev_export()`), from the notebook's folder as `nbdev_test` runs it.
 
     python tools/run_nb.py nbs/05_greedy.ipynb [more.ipynb ...] [--all]
 
@@ -7,7 +8,7 @@ others are executed in order in one IPython shell (execnb, as `nbdev_test` does)
 the slow cells too. The notebook is written only if no cell raised; the first error is printed with its cell's number.
 Run `nbdev_clean` afterwards, as the test command checks that the notebooks are clean.
 """
-import re, sys, time
+import os, re, sys, time
 from pathlib import Path
 from execnb.nbio import read_nb, write_nb
 from execnb.shell import CaptureShell
@@ -15,11 +16,17 @@ from execnb.shell import CaptureShell
 FLAGS = re.compile(r'^#\|\s*(slow|cuda|eval:\s*false)\b', re.M)
 
 def run(path: Path, run_slow: bool = False) -> bool:
-    nb = read_nb(path); sh = CaptureShell(); sh.set_path(path.parent.resolve()); t0 = time.time()
+    path = path.resolve(); nb = read_nb(path); here = os.getcwd(); os.chdir(path.parent)   # cells read paths relative to nbs/, as nbdev_test runs them
+    try: return _run(path, nb, run_slow)
+    finally: os.chdir(here)
+
+def _run(path, nb, run_slow) -> bool:
+    sh = CaptureShell(mpl_format='png'); sh.set_path(path.parent); t0 = time.time()   # plain PNGs: retina ones take about four times the bytes
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != 'code': continue
         m = FLAGS.search(cell.source)
         if m and not (run_slow and m.group(1) == 'slow'): continue
+        if 'nbdev_export()' in cell.source: continue          # the tail cell: export with nbdev_export, not while other notebooks are half-edited
         sh.cell(cell)
         if sh.exc:
             print(f"{path}: cell {i} raised {type(sh.exc).__name__}: {sh.exc}\n--- its source:\n{cell.source[:800]}", file=sys.stderr)
