@@ -403,30 +403,34 @@ def result_path(preset:str, kind:str|None=None, folder='nbs/bench') -> Path:
 
 # %% ../nbs/10_bench.ipynb #e4fa5788
 def plot_result(result:dict, path=None):
-    "Speed-up vs k per proposer, predicted vs measured, acceptance by position."
+    "Speed-up vs k per proposer, measured vs predicted, acceptance by position: a row of panels per temperature, one legend below."
     rows = [r for r in result['rows'] if not r['proposer'].startswith('none')]
     Ts, Bs = sorted({r['temperature'] for r in rows}), sorted({r['batch'] for r in rows})
-    fig, axs = plt.subplots(1, 3, figsize=(14, 3.8))
-    for p in dict.fromkeys(r['proposer'] for r in rows):
-        for T in Ts:
+    props = list(dict.fromkeys(r['proposer'] for r in rows)); col = {p: f'C{i % 10}' for i, p in enumerate(props)}
+    mark = {B: 'os^Dv'[i % 5] for i, B in enumerate(Bs)}   # the batch by the marker's shape
+    fig, axs = plt.subplots(len(Ts), 3, figsize=(9, 2.3 * len(Ts) + 0.9), squeeze=False)
+    for (a0, a1, a2), T in zip(axs, Ts):
+        mode = 'greedy' if T == 0 else f'T = {T:g}'
+        for p in props:   # at most one line per proposer on each axes
             rs = [r for r in rows if r['proposer'] == p and r['temperature'] == T and r['batch'] == Bs[0] and isinstance(r['k'], int)]
-            if rs: axs[0].plot([r['k'] for r in rs], [r['speedup'] for r in rs], 'o-' if T == 0 else 's--', label=f'{p}, T={T:g}')
-    axs[0].axhline(1, c='k', lw=.6); axs[0].set_xlabel('k'); axs[0].set_ylabel(f'speed-up over target alone (B={Bs[0]})'); axs[0].legend(fontsize=7)
-    pr, me = [r['predicted_speedup'] for r in rows], [r['speedup'] for r in rows]
-    axs[1].scatter(pr, me, c=['C0' if isinstance(r['k'], int) else 'C3' for r in rows], s=14)
-    lim = [min(pr + me) * 0.95, max(pr + me) * 1.05]
-    axs[1].plot(lim, lim, 'k-', lw=.6); axs[1].fill_between(lim, [l * 0.9 for l in lim], [l * 1.1 for l in lim], color='gray', alpha=.15)
-    axs[1].set_xlabel('predicted speed-up'); axs[1].set_ylabel('measured speed-up'); axs[1].set_title('fixed k (blue), adaptive (red); band ±10%', fontsize=9)
-    for p in dict.fromkeys(r['proposer'] for r in rows):
-        for T in Ts:
-            rs = [r for r in rows if r['proposer'] == p and r['temperature'] == T and r['batch'] == Bs[0] and isinstance(r['k'], int)]
-            if rs:
-                r = max(rs, key=lambda r: r['k'])
-                al = [a for a in r['alpha_per_position'] if a is not None]
-                axs[2].plot(range(1, len(al) + 1), al, 'o-' if T == 0 else 's--', label=f'{p}, T={T:g}')
-    axs[2].set_xlabel('proposal position'); axs[2].set_ylabel('acceptance α'); axs[2].set_ylim(0, 1.02); axs[2].legend(fontsize=7)
-    for ax in axs: ax.grid(alpha=.3)
-    plt.tight_layout()
+            if not rs: continue
+            a0.plot([r['k'] for r in rs], [r['speedup'] for r in rs], 'o-', c=col[p], ms=4)
+            al = [a for a in max(rs, key=lambda r: r['k'])['alpha_per_position'] if a is not None]
+            a2.plot(range(1, len(al) + 1), al, 'o-', c=col[p], ms=4)
+        a0.axhline(1, c='k', lw=.6); a0.set_xlabel('k'); a0.set_ylabel('speed-up over target alone', fontsize=8); a0.set_title(f'{mode}, batch {Bs[0]}: speed-up', fontsize=9)
+        sc = [r for r in rows if r['temperature'] == T and r.get('predicted_speedup')]
+        for r in sc:   # filled: a fixed k; hollow: adaptive or heuristic
+            a1.scatter(r['predicted_speedup'], r['speedup'], s=16, marker=mark[r['batch']], c=col[r['proposer']] if isinstance(r['k'], int) else 'none', edgecolors=col[r['proposer']])
+        xy = [r['predicted_speedup'] for r in sc] + [r['speedup'] for r in sc]
+        lim = [min(xy) * 0.95, max(xy) * 1.05] if xy else [0.5, 2.0]
+        a1.plot(lim, lim, 'k-', lw=.6); a1.fill_between(lim, [l * 0.9 for l in lim], [l * 1.1 for l in lim], color='gray', alpha=.15)
+        a1.set_xlabel('predicted speed-up', fontsize=8); a1.set_ylabel('measured speed-up', fontsize=8); a1.set_title(f'{mode}, every batch (band ±10%)', fontsize=9)
+        a2.set_xlabel('proposal position'); a2.set_ylabel('acceptance α'); a2.set_ylim(0, 1.02); a2.set_title(f'{mode}, batch {Bs[0]}: α at the largest k', fontsize=9)
+        for ax in (a0, a1, a2): ax.grid(alpha=.3)
+    hs = [plt.Line2D([], [], c=col[p], marker='o', ms=4, label=p) for p in props] + [plt.Line2D([], [], ls='', marker=mark[B], c='gray', label=f'batch {B}') for B in Bs]
+    hs.append(plt.Line2D([], [], ls='', marker='o', mfc='none', c='gray', label='adaptive / heuristic k'))
+    fig.legend(handles=hs, loc='lower center', ncol=min(len(hs), 5), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, (0.55 if len(hs) > 5 else 0.3) / fig.get_figheight(), 1, 1))   # room for the legend, in inches
     if path: fig.savefig(path, dpi=90); plt.close(fig)
     return fig
 
