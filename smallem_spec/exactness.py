@@ -142,9 +142,9 @@ def _toy_rows(a, row):
     "The rule alone (06_sampling): the article's pairs against both laws, and the per-position tests with their control."
     r = pair_test(a.pairs, seed=a.seed)
     row('(a) pairs, V=5, k=2 vs target law', r['stat'], r['threshold'], r['pvalue'], True)
-    row('(b) control: same draws vs proposer law', r['control_stat'], r['threshold'], r['control_pvalue'], False)
-    for name, kw, exp in [('(c) k=3 T=0.7 V=40', {}, True), ('(c) adversarial q = softmax(-z)', dict(adversarial=True, scale=3.0), True),
-                          ('(c) control: correction drawn from p', dict(residual=False), False)]:
+    row('(a) control: same draws vs proposer law', r['control_stat'], r['threshold'], r['control_pvalue'], False)
+    for name, kw, exp in [('(b) k=3 T=0.7 V=40', {}, True), ('(b) adversarial q = softmax(-z)', dict(adversarial=True, scale=3.0), True),
+                          ('(b) control: correction drawn from p', dict(residual=False), False)]:
         res = position_test(a.positions, seed=a.seed, **kw)
         worst = max(res, key=lambda x: x['stat'] / x['threshold'])   # the position closest to (or furthest past) rejection
         row(f"{name}, worst of {len(res)} positions (pos {worst['position']})", worst['stat'], worst['threshold'], worst['pvalue'], exp)

@@ -91,7 +91,7 @@ def _sampled(target_probs:torch.Tensor,   # [B, k+1, V] p at each position (temp
     p_n = p[ar, n]                                                      # [B, V]
     r = p_n if residual is False else (p_n - qpad[ar, n]).clamp_min(0)
     mass = r.sum(-1, keepdim=True)
-    r = torch.where(mass > 0, r / mass.clamp_min(1e-30), p_n)           # beta = 0: refusal impossible; use p
+    r = torch.where(mass > 0, r / mass.clamp_min(1e-30), p_n)           # beta = 1 (p = q): refusal impossible; use p
     t = sample_probs(r, generator)                                      # corrected or bonus token
     padded = torch.cat([draft_tokens, draft_tokens.new_full((B, 1), -1)], 1)
     tokens = torch.where(pos[None] < n[:, None], padded, torch.where(pos[None] == n[:, None], t[:, None], -1))
