@@ -287,8 +287,8 @@ def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx)
     precision = getattr(target, 'precision', 'fp32')   # the target's panels as chosen (12_fast_path)
     return dict(preset=preset, prompts=n_prompts, prompt_tokens=32, new_tokens=new_tokens, repeats=repeats, cost_context=ctx,
                 device=str(target.device), cpu=cpu_info()['model'], cpu_info=cpu_info(), kernel=getattr(target, 'kernel', 'reference'),
-                drafter_panels=('bf16' if precision == 'bf16' or target.proposer_bf16 else 'fp16') if getattr(target, 'kernel', None) == 'fused' else 'as the target',   # DraftProposer's view (12a_fused_cpu)
-                mtp_panels=('bf16' if precision == 'bf16' or target.fused.mtp_bf16 else 'fp16' if precision == 'fp16' else 'fp32') if getattr(target, 'kernel', None) == 'fused' else 'as the target',
+                drafter_panels=(precision if precision in ('bf16', 'int8') else 'bf16' if target.proposer_bf16 else 'fp16') if getattr(target, 'kernel', None) == 'fused' else 'as the target',   # DraftProposer's view (12a_fused_cpu)
+                mtp_panels=(precision if precision in ('bf16', 'int8') else 'bf16' if target.fused.mtp_bf16 else 'fp16' if precision == 'fp16' else 'fp32') if getattr(target, 'kernel', None) == 'fused' else 'as the target',
                 precision=precision, plain='one call' if chains(target, 0.0) else 'step by step',   # how the target alone ran (04_generate)
                 threads=torch.get_num_threads(), torch=torch.__version__, gpu=torch.cuda.get_device_name() if target.device.type == 'cuda' else None,
                 costs={str(b): {'t1_ms': round(c['t1'] * 1e3, 3), 't_step_ms': {str(T): round(x * 1e3, 4) for T, x in c.get('t_step', {}).items()}, 'v': r3(c['v']), 'c': r3(c['c']), 'c0': r3(c['c0']),
@@ -302,7 +302,7 @@ def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx)
 def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=PROPOSERS, ks=(1, 2, 3, 4, 'adaptive'),
           temperatures=(0.0, 1.0), batches=(1, 8), repeats:int=3, progress:bool=True, device=None, fast:bool=True,
           top_k:int|None=None, top_p:float|None=None, min_p:float|None=None,   # filters of every sampled row (06a_filters)
-          precision:str|None=None,         # every fast model's panels (target alone included): None, each model's faster of fp32 and fp16 on this machine (12_fast_path); 'fp32', 'fp16', 'bf16'
+          precision:str|None=None,         # every fast model's panels (target alone included): None, each model's faster of fp32 and fp16 on this machine (12_fast_path); 'fp32', 'fp16', 'bf16', 'int8'
           proposer_bf16:bool|None=None,    # proposing passes on bf16 panels (None: where the processor has AVX-512 BF16; 12a_fused_cpu)
           prime_texts:int=4) -> dict:      # held-out texts each adaptive row's policy decodes first, untimed (at least the batch); 0: a fresh policy
     "Run the benchmark grid on the fast path (or the reference code); returns {'meta': ..., 'rows': [...]}."
@@ -348,7 +348,7 @@ def format_table(result:dict) -> str:
                      f"{'' if r['c'] is None else format(r['c'], '.2f'):>5s}  {al:29s} {'' if r['identical'] is None else ('yes' if r['identical'] else 'NO')}")
     m = result['meta']
     lines.append(f"{m['prompts']} prompts x {m['new_tokens']} new tokens, median of {m['repeats']}, {m.get('path', 'reference')} path"
-                 f"{' (' + m['kernel'] + ' kernel' + (', bf16' if m.get('precision') == 'bf16' else ', fp16 panels' if m.get('precision') == 'fp16' else ', proposers on bf16 panels' if m.get('mtp_panels') == 'bf16' else '') + ')' if m.get('kernel') else ''}, {m['device']} ({m['gpu'] or m['cpu']}, {m['threads']} threads), torch {m['torch']}"
+                 f"{' (' + m['kernel'] + ' kernel' + (', bf16' if m.get('precision') == 'bf16' else ', int8 panels' if m.get('precision') == 'int8' else ', fp16 panels' if m.get('precision') == 'fp16' else ', proposers on bf16 panels' if m.get('mtp_panels') == 'bf16' else '') + ')' if m.get('kernel') else ''}, {m['device']} ({m['gpu'] or m['cpu']}, {m['threads']} threads), torch {m['torch']}"
                  + f"; the target alone {'in one call of the library' if m.get('plain') == 'one call' else 'step by step from Python'}"
                  + (f"; sampled rows filtered by {', '.join(f'{n} = {v}' for n, v in m['filters'].items())}" if m.get('filters') else ''))
     lines.append(verdict(result))
@@ -472,8 +472,8 @@ def bench_cli(argv=None):
     p.add_argument('--json', default=None, help='write the result as JSON here: meta (processor, its vector flags, torch, costs) and rows')
     p.add_argument('--plot', default=None, help='write the figure as PNG here')
     p.add_argument('--reference', action='store_true', help='run everything on the reference model code instead of the fast path')
-    p.add_argument('--precision', choices=('auto', 'fp32', 'fp16', 'bf16'), default='auto',
-                   help="every fast model's panels, the target alone's too: auto, the faster of fp32 and fp16 on this machine (12_fast_path); fp16, the weights as saved; bf16, AVX-512 BF16 processors (12a_fused_cpu)")
+    p.add_argument('--precision', choices=('auto', 'fp32', 'fp16', 'bf16', 'int8'), default='auto',
+                   help="every fast model's panels, the target alone's too: auto, the faster of fp32 and fp16 on this machine (12_fast_path); fp16, the weights as saved; bf16, AVX-512 BF16 processors; int8, int8 weights and rows quantized per pass, every model (another target: 12a_fused_cpu)")
     p.add_argument('--proposer-bf16', choices=('auto', 'on', 'off'), default='auto',
                    help='proposing passes (drafters, the MTP module) on bf16 panels; auto: where the processor has AVX-512 BF16; off: fp16 drafters, fp32 MTP')
     p.add_argument('--prime-texts', type=int, default=4,

@@ -40,6 +40,7 @@ def machine_rates(mb:int=1024, model_mb:int=17, reps:int=5, device='cpu') -> dic
         out['matmul_gflops'] = 2 * n**3 / median_time(lambda: torch.mm(A, B), reps, warmup=2, device=device) / 1e9
         if torch.device(device).type == 'cpu' and (lib := load_kernel()) is not None:   # what the cores can multiply-add at most
             out['peak_gflops'] = max(lib.smallem_peak(torch.get_num_threads(), 2_000_000) for _ in range(3))
+            out['peak_int8_gops'] = max(lib.smallem_peak_int8(torch.get_num_threads(), 2_000_000) for _ in range(3))   # the same for int8 dot products
     return out
 
 # %% ../nbs/12_fast_path.ipynb #346f3298
@@ -93,7 +94,8 @@ class FastSmallem:
     def __init__(self, model:Smallem, script:bool=True, page_size:int|None=None, graphs:bool|str|None=None,
                  kernel:str|None=None,    # 'fused' (CPU, the default where it builds), 'script' or 'eager'; None: the best available
                  precision:str|None=None, # None: fp32 or fp16 panels, whichever this machine runs faster (fused kernel; `_panels_choice`); 'fp32';
-                                          # 'fp16': the weights as saved, fp32 arithmetic; 'bf16': bf16 pair panels (AVX-512 BF16), a few parts in a thousand from the model
+                                          # 'fp16': the weights as saved, fp32 arithmetic; 'bf16': bf16 pair panels (AVX-512 BF16), a few parts in a thousand from the model;
+                                          # 'int8': int8 weights (a scale per output column) and rows quantized per pass: another, slightly worse model (12a_fused_cpu), never chosen by None
                  proposer_bf16:bool|None=None):   # proposing passes (a drafter's view; the MTP module's beside fp32 target panels) in bf16 panels; None: where the kernel has AVX-512 BF16 (`12a_fused_cpu`)
         c = self.cfg = model.cfg; self.model = model
         self.manifest = getattr(model, 'manifest', None)
@@ -104,17 +106,19 @@ class FastSmallem:
         self._fold(model, perm, dev, dt)
         self.blocks = scripted_blocks() if script else _blocks
         self.kernel = self._choose_kernel(kernel, script, graphs, dev, dt)
-        if precision not in (None, 'fp32', 'fp16', 'bf16'): raise SmallemError(f"precision must be 'fp32', 'fp16', 'bf16' or None (got {precision!r})")
-        if precision in ('fp16', 'bf16') and self.kernel != 'fused': raise SmallemError(f"{precision} passes need the fused CPU kernel")
+        if precision not in (None, 'fp32', 'fp16', 'bf16', 'int8'): raise SmallemError(f"precision must be 'fp32', 'fp16', 'bf16', 'int8' or None (got {precision!r})")
+        if precision in ('fp16', 'bf16', 'int8') and self.kernel != 'fused': raise SmallemError(f"{precision} passes need the fused CPU kernel")
         if precision == 'fp16' and not fp16_exact(model): raise SmallemError("fp16 panels would round this model's weights: ask for them only where every weight is an fp16 number (a saved checkpoint)")
         bf = self.kernel == 'fused' and has_bf16(load_kernel())
         if proposer_bf16 and not bf: raise SmallemError("bf16 proposing passes need the fused CPU kernel on a processor with AVX-512 BF16")
+        if proposer_bf16 and precision == 'int8': raise SmallemError("an int8 target proposes in int8 too: bf16 proposing passes beside it are not built")
+        if precision == 'int8': bf = False
         if proposer_bf16 and precision == 'fp16': raise SmallemError("bf16 proposing passes beside an fp16 target are not built: ask for one or the other")
         auto = precision is None and self.kernel == 'fused' and not proposer_bf16 and fp16_exact(model)   # the target's panels first: the measured kind (below)
         self.precision = _panels_choice(model, perm) if auto else precision or 'fp32'
         self.proposer_bf16 = bf if proposer_bf16 is None else proposer_bf16   # a drafter's view in bf16 (`as_proposer`); the MTP module too, beside fp32 target panels
         h = self.precision == 'fp16'   # fp16 panels for the MTP module's blocks too: half the bytes of its blocks (12a_fused_cpu times its step)
-        self.fused = FusedPass(model, perm, half=h, mtp_half=h, bf16=self.precision == 'bf16', mtp_bf16=self.proposer_bf16 and not h) if self.kernel == 'fused' else None
+        self.fused = FusedPass(model, perm, half=h, mtp_half=h, bf16=self.precision == 'bf16', mtp_bf16=self.proposer_bf16 and not h, int8=self.precision == 'int8') if self.kernel == 'fused' else None
         self.page_size = page_size or c.max_seq_len
         self.graphs = (model.device.type == 'cuda') if graphs is None else graphs   # 'emulate': the graph bookkeeping without capture (tests)
         if self.graphs and self.page_size != c.max_seq_len: raise SmallemError("captured graphs need one page per sequence")
@@ -260,8 +264,8 @@ def new_cache(self:FastSmallem, batch:int=1, page_size:int|None=None, n_pages:in
 # %% ../nbs/12_fast_path.ipynb #a7dca953
 @patch
 def as_proposer(self:FastSmallem) -> FastSmallem:
-    "The same model for proposing only: on the fused kernel its passes read bf16 pair panels where the processor has AVX-512 BF16 (`proposer_bf16`, also for a model on fp16 panels: half the instructions too), else fp16 copies of the weights with the norm gains kept apart (`12a_fused_cpu`); made once, the caches as before. Elsewhere (and in bf16) the model itself."
-    if self.fused is None or self.fused.bf16 or (self.fused.half and not self.proposer_bf16): return self   # already half the bytes
+    "The same model for proposing only: on the fused kernel its passes read bf16 pair panels where the processor has AVX-512 BF16 (`proposer_bf16`, also for a model on fp16 panels: half the instructions too), else fp16 copies of the weights with the norm gains kept apart (`12a_fused_cpu`); made once, the caches as before. Elsewhere (and in bf16 or int8) the model itself."
+    if self.fused is None or self.fused.bf16 or self.fused.int8 or (self.fused.half and not self.proposer_bf16): return self   # already half the bytes
     if getattr(self, '_proposer', None) is None:
         p = copy.copy(self); ip = _interleave(self.cfg.n_heads, self.cfg.head_dim).to(self.device)
         p.fused = FusedPass(self.model, ip, bf16=True) if self.proposer_bf16 else FusedPass(self.model, ip, half=True)
@@ -449,6 +453,7 @@ def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:in
         if fast.kernel == 'fused' and fast.precision != 'fp32': paths['fp32'] = FastSmallem(ref, precision='fp32'); timers['fp32'] = kernel_times   # what the choice beat
         try: paths['bf16'] = FastSmallem(ref, precision='bf16'); timers['bf16'] = kernel_times   # where the processor has AVX-512 BF16
         except SmallemError: pass
+        if fast.kernel == 'fused': paths['int8'] = FastSmallem(ref, precision='int8'); timers['int8'] = kernel_times   # int8 panels: another model, timed beside
         t = step_times(paths, Ts, reps=reps, rounds=5, timers={p: (lambda m, Ts, reps: kernel_times(m, Ts, context, reps)) for p in timers} |
                        {p: (lambda m, Ts, reps: pass_times(m, Ts, context, reps)) for p in paths if p not in timers})   # interleaved medians: these shared machines drift by tens of percent
         measured[name] = (ref.cfg, fast, list(paths), t)
@@ -465,9 +470,10 @@ def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:in
             return {T: max((wbytes + kv) / (bw * 1e9), T * (flops / speed + att) / (gflops * 1e9)) for T in Ts}
         floor, dram = fl(rates['bandwidth_model_size_gbs']), fl(rates['bandwidth_gbs'])
         floors, drams = {p: floor for p in paths}, {p: dram for p in paths}
-        own = {'bf16': 2} | ({'fast': 1, 'call': 1} if half else {})   # paths reading half the bytes: their own floors (bf16: two products an instruction)
-        for p, speed in own.items():
-            if p in paths: floors[p], drams[p] = fl(rates['bandwidth_model_size_gbs'], nbytes / 2, speed), fl(rates['bandwidth_gbs'], nbytes / 2, speed)
+        i8 = rates.get('peak_int8_gops', 0) / rates['peak_gflops'] if rates.get('peak_gflops') else 4   # int8 dot products against fp32 multiply-adds, as probed
+        own = {'bf16': (2, 2), 'int8': (4, i8)} | ({'fast': (2, 1), 'call': (2, 1)} if half else {})   # paths reading fewer bytes: their own floors (bytes divided by, products sped up by)
+        for p, (div, speed) in own.items():
+            if p in paths: floors[p], drams[p] = fl(rates['bandwidth_model_size_gbs'], nbytes / div, speed), fl(rates['bandwidth_gbs'], nbytes / div, speed)
         row = {'weight_mb': round(nbytes / 2**20, 2), 'kv_mb': round(kv / 2**20, 2), 'fast_kernel': fast.kernel, 'fast_precision': fast.precision,
                'floor_ms': {T: round(f * 1e3, 3) for T, f in floor.items()}, 'dram_floor_ms': {T: round(f * 1e3, 3) for T, f in dram.items()},
                'floor_v': {T - 1: round(f / floor[1], 3) for T, f in floor.items()}}   # what v(k) is at best where t(1) sits on its floor
@@ -477,7 +483,7 @@ def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:in
                          't1_over_floor': round(t[path][1] / floors[path][1], 2),
                          't1_over_dram_floor': round(t[path][1] / drams[path][1], 2)}
             if path in own: row[path] |= {'floor_ms': {T: round(f * 1e3, 3) for T, f in floors[path].items()},
-                                          'dram_floor_ms': {T: round(f * 1e3, 3) for T, f in drams[path].items()}, 'weight_mb': round(nbytes / 2**21, 2),
+                                          'dram_floor_ms': {T: round(f * 1e3, 3) for T, f in drams[path].items()}, 'weight_mb': round(nbytes / own[path][0] / 2**20, 2),
                                           'floor_v': {T - 1: round(f / floors[path][1], 3) for T, f in floors[path].items()}}   # v(k) on this path's own floor
         out['models'][name] = row
     return out
@@ -497,11 +503,11 @@ def format_kernels(res:dict) -> str:
             lines.append(f"{name:8s} {'floor':15s} {r['weight_mb']:6.1f} {at(r['floor_ms'], 1):6.2f} {at(r['dram_floor_ms'], 1):6.2f} {'':6s} {'':6s} "
                          + ' '.join(f"{at(r['floor_v'], k):5.2f}" for k in range(1, 8)))
         f16 = '/fp16' if r.get('fast_precision') == 'fp16' else ''
-        for path in ('fast', 'fp32', 'call', 'bf16', 'script', 'reference'):
+        for path in ('fast', 'fp32', 'call', 'bf16', 'int8', 'script', 'reference'):
             if path not in r: continue
             p = r[path]
             label = (f"fast:{r['fast_kernel']}{f16}" if path == 'fast' and 'fast_kernel' in r else 'fused/fp32' if path == 'fp32'
-                     else f'fast:{path}' if path in ('bf16', 'call') else path)
+                     else f'fast:{path}' if path in ('bf16', 'int8', 'call') else path)
             fl = p.get('floor_ms', r['floor_ms'])
             lines.append(f"{name:8s} {label:15s} {p.get('weight_mb', r['weight_mb']):6.1f} {at(fl, 1):6.2f} {at(p.get('dram_floor_ms', r.get('dram_floor_ms', r['floor_ms'])), 1):6.2f} "
                          f"{at(p['t_ms'], 1):6.2f} {p['t1_over_floor']:6.2f} " + ' '.join(f"{at(p['v'], k):5.2f}" for k in range(1, 8)))
@@ -515,6 +521,8 @@ def format_kernels(res:dict) -> str:
     if any('bf16' in r for r in res['models'].values()):
         lines.append("fast:bf16 reads half the bytes of weights (bf16 pair panels) and multiplies two pairs an instruction: its floor is its own"
                      + ("" if new else " (in this run: half the floor shown)"))
+    if any('int8' in r for r in res['models'].values()):
+        lines.append("fast:int8 reads a quarter of the bytes (int8 panels, rows quantized per pass: another model) at the int8 dot products' rate" + (f" ({m['peak_int8_gops']:.0f} GOP/s probed)" if 'peak_int8_gops' in m else '') + ": its floor is its own")
     return '\n'.join(lines)
 
 def kernels_cli(argv=None):

@@ -12,9 +12,9 @@ from fastcore.basics import patch
 from .core import SmallemError, smallem_home
 
 # %% auto #0
-__all__ = ['KERNEL_SRC', 'PASS_STAGES', 'cpu_info', 'PassArgs', 'pack_panels', 'fp16_exact', 'pack_panels_bf16', 'load_kernel',
-           'has_bf16', 'fused_fits', 'FusedPass', 'sample_logits', 'decide_sampled', 'product_times', 'stage_kernel',
-           'pass_stages']
+__all__ = ['KERNEL_SRC', 'INT8_KINDS', 'PASS_STAGES', 'cpu_info', 'PassArgs', 'pack_panels', 'fp16_exact', 'pack_panels_bf16',
+           'quantize_int8', 'pack_panels_int8', 'load_kernel', 'has_bf16', 'int8_kind', 'fused_fits', 'FusedPass',
+           'sample_logits', 'decide_sampled', 'product_times', 'stage_kernel', 'pass_stages']
 
 # %% ../nbs/12a_fused_cpu.ipynb #dbdc75f4
 def cpu_info() -> dict:
@@ -258,6 +258,190 @@ int smallem_gemm_bf16(int R, int K, int N, const float *X, const unsigned short 
 #endif
 }
 """
+
+# %% ../nbs/12a_fused_cpu.ipynb #b6b5d2b8
+_SRC_GEMMQ = r'''
+/* int8 panels: panel [K/4][32][4] of int8 (column j's weights of rows 4p .. 4p + 3 side by side), then the 32 columns'
+   fp32 scales, then 32 int32: 128 times each column's sum of its int8 weights; QP(K) bytes a panel. A column of W is
+   scale * q, q in [-127, 127] (one scale per output channel); a row of x is quantized as the product starts, into this
+   thread's scratch bf_x: xs = max|x| / 127, xq = round(x / xs), nearest even. Sums of xq * q are int32 and exact, so
+   no order of them can change a bit: a row's result never depends on how many rows share the pass. Then
+   y = fma((float)sum * (xs * sc), scale, y or 0), an explicit fused multiply-add: left to the compiler (-ffp-contract=fast),
+   the product and the addition were fused in some micro-kernels and not in others, one ulp apart. */
+#define QP(K) ((long)(K) * NB + 256)
+#if defined(SMALLEM_Q_PORTABLE)
+#define QKIND 0                                  /* plain C (a test's build) */
+#elif defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define QKIND 3                                  /* vpdpbusd on 64 bytes: 64 multiply-adds an instruction */
+#elif defined(__AVXVNNI__) && defined(__AVX2__)
+#define QKIND 2                                  /* the same on 32 bytes (AVX-VNNI) */
+#elif defined(__AVX2__)
+#define QKIND 1                                  /* vpmaddubsw, then vpmaddwd: 32 multiply-adds in three instructions */
+#else
+#define QKIND 0
+#endif
+#if QKIND >= 1
+#include <immintrin.h>
+#endif
+/* vpdpbusd multiplies unsigned bytes by signed ones: x goes in as xq + 128, and 128 * sum(q) comes off each column */
+#define QOFF (QKIND >= 2 ? 128 : 0)
+
+static void quant_rows(int R, int K, const float *X, long ldx, const float *sc, unsigned char *xq, float *rs) {
+  for (int r = 0; r < R; r++) {
+    const float *x = X + (long)r * ldx; float m = 0;
+    for (int k = 0; k < K; k++) { float v = fabsf(x[k]); m = v > m ? v : m; }
+    const float inv = m > 0 ? 127.0f / m : 0.0f;
+    rs[r] = m / 127.0f * sc[r];
+    for (int k = 0; k < K; k++) xq[(long)r * K + k] = (unsigned char)((int)nearbyintf(x[k] * inv) + QOFF);
+  }
+}
+
+#if QKIND == 3
+/* RT rows by 32 columns: two 16-lane int32 sums a row; with up to four rows each is split over even and odd k-steps
+   (more chains in flight: one row alone would wait on the instruction's latency) */
+#define QRB 8
+#define QPANEL(RT) \
+static void gemmq_panel##RT(int K, const unsigned char *restrict X, long ldx, const signed char *restrict P, float *restrict Y, \
+                            long ldy, const float *restrict rs, int acc) { \
+  enum { NA = RT <= 4 ? 2 : 1 }; \
+  __m512i a[RT][2][NA]; \
+  for (int r = 0; r < RT; r++) for (int s = 0; s < NA; s++) { a[r][0][s] = _mm512_setzero_si512(); a[r][1][s] = _mm512_setzero_si512(); } \
+  for (int p = 0; p < K / 4; p += NA) \
+    for (int s = 0; s < NA; s++) { \
+      const signed char *w = P + (long)(p + s) * 128; \
+      if (RT > 1) __builtin_prefetch(w + 16 * 128); \
+      __m512i w0 = _mm512_loadu_si512(w), w1 = _mm512_loadu_si512(w + 64); \
+      for (int r = 0; r < RT; r++) { \
+        int xv; memcpy(&xv, X + r * ldx + 4 * (p + s), 4); const __m512i xb = _mm512_set1_epi32(xv); \
+        a[r][0][s] = _mm512_dpbusd_epi32(a[r][0][s], xb, w0); a[r][1][s] = _mm512_dpbusd_epi32(a[r][1][s], xb, w1); \
+      } \
+    } \
+  const float *ws = (const float *)(P + (long)K * NB); const int *cs = (const int *)(ws + NB); \
+  for (int r = 0; r < RT; r++) for (int v = 0; v < 2; v++) { \
+    __m512i t = a[r][v][0]; \
+    if (NA > 1) t = _mm512_add_epi32(t, a[r][v][NA - 1]); \
+    t = _mm512_sub_epi32(t, _mm512_loadu_si512(cs + 16 * v)); \
+    const __m512 y0 = acc ? _mm512_loadu_ps(Y + r * ldy + 16 * v) : _mm512_setzero_ps(); \
+    _mm512_storeu_ps(Y + r * ldy + 16 * v, _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(rs[r])), _mm512_loadu_ps(ws + 16 * v), y0)); \
+  } \
+}
+#elif QKIND >= 1
+/* AVX2: the panel's two halves of 16 columns in turn, two 8-lane sums a row, up to four rows */
+#define QRB 4
+#if QKIND == 2
+#define DOT4(a, x, w) _mm256_dpbusd_avx_epi32(a, x, w)
+#else
+static inline __m256i dot4(__m256i a, __m256i x, __m256i w) {   /* |x| (unsigned) times w with x's sign: pairs of products fit int16 (2 * 127 * 127) */
+  const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(x), _mm256_sign_epi8(w, x));
+  return _mm256_add_epi32(a, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+#define DOT4(a, x, w) dot4(a, x, w)
+#endif
+#define QPANEL(RT) \
+static void gemmq_panel##RT(int K, const unsigned char *restrict X, long ldx, const signed char *restrict P, float *restrict Y, \
+                            long ldy, const float *restrict rs, int acc) { \
+  const float *ws = (const float *)(P + (long)K * NB); const int *cs = (const int *)(ws + NB); \
+  for (int h = 0; h < NB; h += 16) { \
+    __m256i a[RT][2]; \
+    for (int r = 0; r < RT; r++) { a[r][0] = _mm256_setzero_si256(); a[r][1] = _mm256_setzero_si256(); } \
+    for (int p = 0; p < K / 4; p++) { \
+      const signed char *w = P + (long)p * 128 + 4 * h; \
+      __builtin_prefetch(w + 16 * 128); \
+      const __m256i w0 = _mm256_loadu_si256((const __m256i *)w), w1 = _mm256_loadu_si256((const __m256i *)(w + 32)); \
+      for (int r = 0; r < RT; r++) { \
+        int xv; memcpy(&xv, X + r * ldx + 4 * p, 4); const __m256i xb = _mm256_set1_epi32(xv); \
+        a[r][0] = DOT4(a[r][0], xb, w0); a[r][1] = DOT4(a[r][1], xb, w1); \
+      } \
+    } \
+    for (int r = 0; r < RT; r++) for (int v = 0; v < 2; v++) { \
+      __m256i t = a[r][v]; \
+      if (QOFF) t = _mm256_sub_epi32(t, _mm256_loadu_si256((const __m256i *)(cs + h + 8 * v))); \
+      const __m256 y0 = acc ? _mm256_loadu_ps(Y + r * ldy + h + 8 * v) : _mm256_setzero_ps(); \
+      _mm256_storeu_ps(Y + r * ldy + h + 8 * v, _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(rs[r])), _mm256_loadu_ps(ws + h + 8 * v), y0)); \
+    } \
+  } \
+}
+#else
+/* portable C: the same integer sums, one column at a time */
+#define QRB 8
+#define QPANEL(RT) \
+static void gemmq_panel##RT(int K, const unsigned char *restrict X, long ldx, const signed char *restrict P, float *restrict Y, \
+                            long ldy, const float *restrict rs, int acc) { \
+  const float *ws = (const float *)(P + (long)K * NB); \
+  for (int r = 0; r < RT; r++) for (int j = 0; j < NB; j++) { \
+    int s = 0; \
+    for (int k = 0; k < K; k++) s += (int)(signed char)X[r * ldx + k] * P[(long)(k / 4) * 128 + 4 * j + k % 4]; \
+    Y[r * ldy + j] = fmaf((float)s * rs[r], ws[j], acc ? Y[r * ldy + j] : 0.0f); \
+  } \
+}
+#endif
+QPANEL(1) QPANEL(2) QPANEL(3) QPANEL(4)
+#if QRB > 4
+QPANEL(5) QPANEL(6) QPANEL(7) QPANEL(8)
+#endif
+
+/* gemm's contract (Y (= or +=) diag(sc) X W, inside a parallel region, ends on the loop's barrier) with int8 panels;
+   each thread quantizes every row itself (a few hundred bytes: no barrier) */
+static void gemmq(int R, int K, int N, const float *X, long ldx, const float *Wf, float *Y, long ldy, const float *sc, int acc) {
+  const signed char *W = (const signed char *)Wf; float *rs = (float *)bf_x; unsigned char *xq = (unsigned char *)(rs + R);
+  quant_rows(R, K, X, ldx, sc, xq, rs);
+  #pragma omp for schedule(static)
+  for (int c = 0; c < N / NB; c++) {
+    const signed char *P = W + (long)c * QP(K);
+    for (int r0 = 0; r0 < R; r0 += QRB) {
+      const unsigned char *x = xq + (long)r0 * K; const float *s = rs + r0; float *y = Y + r0 * ldy + c * NB;
+      switch (R - r0 < QRB ? R - r0 : QRB) {
+        case 1: gemmq_panel1(K, x, K, P, y, ldy, s, acc); break; case 2: gemmq_panel2(K, x, K, P, y, ldy, s, acc); break;
+        case 3: gemmq_panel3(K, x, K, P, y, ldy, s, acc); break;
+#if QRB > 4
+        case 4: gemmq_panel4(K, x, K, P, y, ldy, s, acc); break;
+        case 5: gemmq_panel5(K, x, K, P, y, ldy, s, acc); break; case 6: gemmq_panel6(K, x, K, P, y, ldy, s, acc); break;
+        case 7: gemmq_panel7(K, x, K, P, y, ldy, s, acc); break; default: gemmq_panel8(K, x, K, P, y, ldy, s, acc);
+#else
+        default: gemmq_panel4(K, x, K, P, y, ldy, s, acc);
+#endif
+      }
+    }
+  }
+}
+
+/* Y[R, N] = X[R, K] W (W as int8 panels, K a multiple of 16) on nthreads threads: the product alone; -1 for a K it cannot take */
+int smallem_gemm_int8(int R, int K, int N, const float *X, const signed char *W, float *Y, int nthreads) {
+  if (K % 16 || N % NB) return -1;
+  if (R <= 0) return 0;
+  float one[R]; for (int r = 0; r < R; r++) one[r] = 1.0f;
+  #pragma omp parallel num_threads(nthreads)
+  { float xb[R + (R * K + 3) / 4]; bf_x = (unsigned *)xb; gemmq(R, K, N, X, K, (const float *)W, Y, N, one, 0); }
+  return 0;
+}
+int smallem_int8_kind(void) { return QKIND; }    /* 3 AVX-512 VNNI, 2 AVX-VNNI, 1 AVX2, 0 portable C */
+
+/* the cores' ceiling for int8 products, as smallem_peak's for fp32: 12 independent chains of this kind's dot product
+   on registers; giga multiply-adds times two (GOP/s, comparable with GFLOP/s) */
+double smallem_peak_int8(int nthreads, long iters) {
+  int sink = 0; double t0 = omp_get_wtime();
+  #pragma omp parallel num_threads(nthreads) reduction(+:sink)
+  {
+#if QKIND == 3
+    __m512i acc[12], x = _mm512_set1_epi32(0x01020304 + omp_get_thread_num()), w = _mm512_set1_epi32(0x01fe01fe);
+    for (int j = 0; j < 12; j++) acc[j] = _mm512_set1_epi32(j);
+    for (long it = 0; it < iters; it++) for (int j = 0; j < 12; j++) { acc[j] = _mm512_dpbusd_epi32(acc[j], x, w); __asm__("" : "+v"(acc[j])); }
+    for (int j = 0; j < 12; j++) sink += _mm512_reduce_add_epi32(acc[j]);
+#elif QKIND >= 1
+    __m256i acc[12], x = _mm256_set1_epi32(0x01020304 + omp_get_thread_num()), w = _mm256_set1_epi32(0x01fe01fe);
+    for (int j = 0; j < 12; j++) acc[j] = _mm256_set1_epi32(j);
+    for (long it = 0; it < iters; it++) for (int j = 0; j < 12; j++) { acc[j] = DOT4(acc[j], x, w); __asm__("" : "+x"(acc[j])); }
+    for (int j = 0; j < 12; j++) { int t[8]; memcpy(t, &acc[j], 32); for (int i = 0; i < 8; i++) sink += t[i]; }
+#else
+    (void)iters;
+#endif
+  }
+  double dt = omp_get_wtime() - t0;
+  const double per = QKIND == 3 ? 64 : QKIND >= 1 ? 32 : 0;   /* multiply-adds an instruction */
+  return per == 0 || sink == 12345 ? 0 : 2.0 * per * 12 * (double)iters * nthreads / dt / 1e9;
+}
+'''
+
 
 # %% ../nbs/12a_fused_cpu.ipynb #ed6b3137
 _SRC_ATTN1 = r'''
@@ -548,7 +732,7 @@ typedef struct {
   const float *hscale;                             /* NULL, or [D] factors on the head's input (a head packed with another norm's gain) */
   const float *const *G;                           /* NULL (gains folded), or the gains of fp16 blocks: 2 per layer, then the MTP's h and e */
   int f16;                                         /* which panels are fp16: 1 the blocks (and the MTP's Ph, Pe), 2 the head;
-                                                      bf16 pairs: 4 the blocks, 8 the head */
+                                                      bf16 pairs: 4 the blocks, 8 the head; int8: 16, 32 */
 } pass_args;
 
 /* A build that clocks a pass stage by stage (compiled with SMALLEM_STAGES, `stage_kernel`; the library's own build
@@ -583,9 +767,9 @@ int smallem_pass(const pass_args *a) {
   {
     float *p = thr + (long)omp_get_thread_num() * (PW + 2 * R + 32 + (long)R * D + (long)R * (F > D ? F : D) / 2), *iv = p + PW, *one = iv + R,
           *xg = one + R + 16;
-    bf_x = (unsigned *)(xg + (long)R * D + 16);   /* bf16 panels: x rounded, per thread */
+    bf_x = (unsigned *)(xg + (long)R * D + 16);   /* bf16 or int8 panels: x rounded, per thread */
     const float **kp = (const float **)(p + RG * ldp);   /* the key pointers of a chunk */
-    void (*mm)(int, int, int, const float *, long, const float *, float *, long, const float *, int) = a->f16 & 4 ? gemmb : a->f16 & 1 ? gemmh : gemm;
+    void (*mm)(int, int, int, const float *, long, const float *, float *, long, const float *, int) = a->f16 & 16 ? gemmq : a->f16 & 4 ? gemmb : a->f16 & 1 ? gemmh : gemm;
     const float *const *G = a->G;
     float *x = a->x;
     for (int r = 0; r < R; r++) one[r] = 1.0f;
@@ -668,7 +852,7 @@ _SRC_PASS3 = r'''    const long nh = a->hrows ? a->nh : R; const float *xh = x;
       #pragma omp for schedule(static)
       for (long i = 0; i < nh; i++) for (int d = 0; d < D; d += 16) st(hh + i * D + d, ld(hh + i * D + d) * ld(a->hscale + d));
     }
-    (a->f16 & 8 ? gemmb : a->f16 & 2 ? gemmh : gemm)(nh, D, a->Vh, xh, D, a->head, a->logits, a->Vh, iv, 0); STAGE(9);
+    (a->f16 & 32 ? gemmq : a->f16 & 8 ? gemmb : a->f16 & 2 ? gemmh : gemm)(nh, D, a->Vh, xh, D, a->head, a->logits, a->Vh, iv, 0); STAGE(9);
     #pragma omp for schedule(static)
     for (long r = 0; r < nh; r++) {              /* the greedy token of each row, while its logits are in cache */
       const float *l = a->logits + r * a->Vh; long b = 0;
@@ -844,7 +1028,7 @@ double smallem_peak(int nthreads, long iters) {
 }
 '''
 _SRC_PASS = _SRC_PASS1 + _SRC_PASS2 + _SRC_PASS3 + _SRC_PASS4 + _SRC_ROUND + _SRC_PEAK
-KERNEL_SRC = _SRC_HEAD + _SRC_GEMM + _SRC_GEMMH + _SRC_GEMMB + _SRC_ATTN + _SRC_SAMPLE + _SRC_PASS
+KERNEL_SRC = _SRC_HEAD + _SRC_GEMM + _SRC_GEMMH + _SRC_GEMMB + _SRC_GEMMQ + _SRC_ATTN + _SRC_SAMPLE + _SRC_PASS
 
 # %% ../nbs/12a_fused_cpu.ipynb #c4bec69c
 class PassArgs(ctypes.Structure):
@@ -869,6 +1053,22 @@ def pack_panels_bf16(wT:torch.Tensor) -> torch.Tensor:
     K, N = wT.shape
     if K % 2 or N % 32: raise SmallemError(f"bf16 panels need an even K and N a multiple of 32, not [{K}, {N}]")
     return wT.detach().float().reshape(K // 2, 2, N // 32, 32).permute(2, 0, 3, 1).contiguous().bfloat16()
+
+def quantize_int8(wT:torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    "[K, N] -> (q [K, N] int8 in [-127, 127], scales [N] fp32): one scale per output column, q = round(w / scale) (nearest even)."
+    w = wT.detach().float(); s = w.abs().amax(0) / 127
+    s = torch.where(s > 0, s, torch.ones_like(s))
+    return torch.round(w / s).clamp_(-127, 127).to(torch.int8), s
+
+def pack_panels_int8(wT:torch.Tensor) -> torch.Tensor:
+    "[K, N] -> [N/32, 32 K + 256] bytes: the panels of `smallem_gemm_int8`, each [K/4][32][4] int8 (rows 4p .. 4p + 3 of a column side by side), its 32 scales (fp32), and 128 times each column's sum of q (int32)."
+    K, N = wT.shape
+    if K % 16 or N % 32: raise SmallemError(f"int8 panels need K a multiple of 16 and N of 32, not [{K}, {N}]")
+    q, s = quantize_int8(wT); n = N // 32
+    pan = q.reshape(K // 4, 4, n, 32).permute(2, 0, 3, 1).reshape(n, 32 * K).view(torch.uint8)
+    tail = lambda t: t.reshape(n, 32).contiguous().view(torch.uint8)
+    return torch.cat([pan, tail(s), tail(128 * q.int().sum(0, dtype=torch.int32))], 1).contiguous()
+
 
 # %% ../nbs/12a_fused_cpu.ipynb #0a311ad2
 _FLAGS = ['-O3', '-march=native', '-fopenmp', '-fPIC', '-shared', '-ffp-contract=fast']
@@ -901,6 +1101,8 @@ def _bind(lib):
     lib.smallem_work_floats.argtypes = [ctypes.c_int] * 5
     lib.smallem_gemm.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
     lib.smallem_gemm_bf16.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
+    lib.smallem_gemm_int8.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
+    lib.smallem_peak_int8.restype, lib.smallem_peak_int8.argtypes = ctypes.c_double, [ctypes.c_int, ctypes.c_long]
     lib.smallem_peak.restype, lib.smallem_peak.argtypes = ctypes.c_double, [ctypes.c_int, ctypes.c_long]
     return lib
 
@@ -935,6 +1137,13 @@ def has_bf16(lib=None) -> bool:
     lib = lib or load_kernel()
     return lib is not None and lib.smallem_gemm_bf16(0, 16, 32, None, None, None, 1) == 0
 
+INT8_KINDS = {3: 'AVX-512 VNNI', 2: 'AVX-VNNI', 1: 'AVX2', 0: 'portable C'}
+def int8_kind(lib=None) -> str:
+    "Which int8 product the compiled kernel runs: 'AVX-512 VNNI', 'AVX-VNNI', 'AVX2' or 'portable C'."
+    lib = lib or load_kernel(required=True)
+    return INT8_KINDS[lib.smallem_int8_kind()]
+
+
 # %% ../nbs/12a_fused_cpu.ipynb #3543faf9
 def fused_fits(cfg) -> bool:
     "Whether the kernel's tiling fits these sizes (widths in multiples of 32, head size a multiple of 16 up to 128)."
@@ -950,13 +1159,16 @@ class FusedPass:
                  half:bool=False,       # a proposer's passes: fp16 panels of the weights as trained, the norm gains kept apart
                  mtp_half:bool=False,   # the MTP module's blocks in fp16 too (its head stays the target's): beside an fp32 target did not pay (below); an fp16 target takes it
                  bf16:bool=False,       # bf16 pair panels (gains folded) for every product, the head and the MTP module's included
-                 mtp_bf16:bool=False):  # the MTP module alone in bf16 pair panels, with a bf16 copy of the head: a proposer's cheaper passes beside an fp32 target (below)
+                 mtp_bf16:bool=False,   # the MTP module alone in bf16 pair panels, with a bf16 copy of the head: a proposer's cheaper passes beside an fp32 target (below)
+                 int8:bool=False):      # int8 panels (gains folded, one scale per output column) for every product, the head and the MTP module's included
         self.lib = lib or load_kernel(required=True)
         c = self.cfg = model.cfg; D = c.dim; self.half, self.bf16, self.mtp_bf16 = half, bf16, mtp_bf16 and not bf16
         if (bf16 or mtp_bf16) and (half or mtp_half): raise SmallemError("bf16 panels replace fp16 ones: ask for one or the other")
+        if int8 and (half or mtp_half or bf16 or mtp_bf16): raise SmallemError("int8 panels replace fp16 and bf16 ones: ask for one kind")
+        self.int8 = int8
         if (bf16 or mtp_bf16) and not has_bf16(self.lib):
             raise SmallemError(f"bf16 panels need AVX-512 BF16, which this processor ({cpu_info()['model']}) or its compiled kernel lacks")
-        pk = pack_panels_bf16 if bf16 else pack_panels
+        pk = pack_panels_bf16 if bf16 else pack_panels_int8 if int8 else pack_panels
         g = lambda norm: norm.weight.detach().float()[None]          # a norm's gain, folded into the matrix after it
         def block(b, h:bool, pk=pk):   # (panels, gains): folded fp32 (or bf16) panels, or fp16 panels of the trained weights and the gains apart
             w = b.attn.wqkv.weight.detach().float().clone(); w[:D], w[D:2 * D] = w[:D][perm], w[D:2 * D][perm]
@@ -966,7 +1178,7 @@ class FusedPass:
         with torch.no_grad():
             E = self.emb = model.tok_emb.weight.detach().float().contiguous()
             W, G = zip(*[block(b, half) for b in model.layers]) if model.layers else ((), ())
-            self.main = dict(W=[w for ws in W for w in ws], G=[x for gs in G for x in gs], E=E if half else E * g(model.norm), f16=3 if half else 12 if bf16 else 0,
+            self.main = dict(W=[w for ws in W for w in ws], G=[x for gs in G for x in gs], E=E if half else E * g(model.norm), f16=3 if half else 12 if bf16 else 48 if int8 else 0,
                              hs=g(model.norm).reshape(-1).contiguous() if half else None)   # fp16: the head's gain on its input
             if model.mtp is not None:
                 m = model.mtp; P = m.proj.weight.detach().float()
@@ -975,15 +1187,15 @@ class FusedPass:
                 hs = g(m.norm) / (1 if half else g(model.norm))            # the target's head, shared: the module's gain over what it holds
                 ph, pe = (P[:, :D], P[:, D:]) if mtp_half else (P[:, :D] * g(m.norm_h), P[:, D:] * g(m.norm_e))
                 self.mtp = dict(W=W, G=G + ([g(m.norm_h)[0], g(m.norm_e)[0]] if mtp_half else []), E=self.main['E'], hs=hs.reshape(-1).contiguous(),
-                                f16=12 if mb else (1 if mtp_half else 0) | (self.main['f16'] & 2),
-                                Ph=pm(ph.t()) if mb else pack_panels(ph.t(), mtp_half), Pe=pm(pe.t()) if mb else pack_panels(pe.t(), mtp_half))
+                                f16=12 if mb else 48 if int8 else (1 if mtp_half else 0) | (self.main['f16'] & 2),
+                                Ph=pm(ph.t()) if mb or int8 else pack_panels(ph.t(), mtp_half), Pe=pm(pe.t()) if mb or int8 else pack_panels(pe.t(), mtp_half))
             half_d = c.head_dim // 2
             self.cs, self.sn = model.cos[:, :half_d].float().contiguous(), model.sin[:, :half_d].float().contiguous()
         for d in (self.main, getattr(self, 'mtp', None)):   # one argument struct each, its fixed fields set once
             if d is None: continue
             mtp = d is not self.main
             if mtp and not self.mtp_bf16: d['head'], d['heads'] = self.main['head'], self.main['heads']   # the target's head, shared
-            else: d['head'], d['heads'] = (pack_panels_bf16(d['E'].t()) if d['f16'] & 8 else pack_panels(d['E'].t(), half)), {}
+            else: d['head'], d['heads'] = self._pack_head(d, d['E']), {}
             d['ptrs'] = (ctypes.c_void_p * len(d['W']))(*[w.data_ptr() for w in d['W']])
             d['gptrs'] = (ctypes.c_void_p * len(d['G']))(*[x.data_ptr() for x in d['G']]) if d['G'] else None
             d['args'] = PassArgs(D=D, H=c.n_heads, hd=c.head_dim, F=c.ffn_dim, V=c.vocab_size, Vh=c.vocab_size, maxpos=c.max_seq_len - 1,
@@ -1003,8 +1215,14 @@ class FusedPass:
             if ids.dim() != 1 or not len(ids) or not (ids.diff() > 0).all() or ids[0] < 0 or ids[-1] >= self.cfg.vocab_size:
                 raise SmallemError(f"a draft vocabulary must be increasing token ids in [0, {self.cfg.vocab_size})")
             if len(d['heads']) >= 8: d['heads'].pop(next(iter(d['heads'])))   # a few vocabularies at a time
-            d['heads'][key] = (ids, pack_panels_bf16(d['E'][ids].t()) if d['f16'] & 8 else pack_panels(d['E'][ids].t(), bool(d['f16'] & 2)))
+            d['heads'][key] = (ids, self._pack_head(d, d['E'][ids]))
         return d['heads'][key]
+
+    def _pack_head(self, d, E):
+        "A head's panels in the kind its pass reads (bit 8 bf16, 32 int8, 2 fp16, else fp32)."
+        f = d['f16']
+        return pack_panels_bf16(E.t()) if f & 8 else pack_panels_int8(E.t()) if f & 32 else pack_panels(E.t(), bool(f & 2))
+
 
 # %% ../nbs/12a_fused_cpu.ipynb #1220b106
 @patch
