@@ -453,6 +453,7 @@ def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:in
         if fast.kernel == 'fused' and fast.precision != 'fp32': paths['fp32'] = FastSmallem(ref, precision='fp32'); timers['fp32'] = kernel_times   # what the choice beat
         try: paths['bf16'] = FastSmallem(ref, precision='bf16'); timers['bf16'] = kernel_times   # where the processor has AVX-512 BF16
         except SmallemError: pass
+        if fast.kernel == 'fused' and fast.precision == 'fp32' and fp16_exact(ref): paths['fp16'] = FastSmallem(ref, precision='fp16'); timers['fp16'] = kernel_times   # the kind the choice beat
         if fast.kernel == 'fused': paths['int8'] = FastSmallem(ref, precision='int8'); timers['int8'] = kernel_times   # int8 panels: another model, timed beside
         t = step_times(paths, Ts, reps=reps, rounds=5, timers={p: (lambda m, Ts, reps: kernel_times(m, Ts, context, reps)) for p in timers} |
                        {p: (lambda m, Ts, reps: pass_times(m, Ts, context, reps)) for p in paths if p not in timers})   # interleaved medians: these shared machines drift by tens of percent
@@ -471,7 +472,7 @@ def kernel_bench(preset:str|None=None, Ts=tuple(range(1, 9)), reps:int=40, mb:in
         floor, dram = fl(rates['bandwidth_model_size_gbs']), fl(rates['bandwidth_gbs'])
         floors, drams = {p: floor for p in paths}, {p: dram for p in paths}
         i8 = rates.get('peak_int8_gops', 0) / rates['peak_gflops'] if rates.get('peak_gflops') else 4   # int8 dot products against fp32 multiply-adds, as probed
-        own = {'bf16': (2, 2), 'int8': (4, i8)} | ({'fast': (2, 1), 'call': (2, 1)} if half else {})   # paths reading fewer bytes: their own floors (bytes divided by, products sped up by)
+        own = {'bf16': (2, 2), 'int8': (4, i8), 'fp16': (2, 1)} | ({'fast': (2, 1), 'call': (2, 1)} if half else {})   # paths reading fewer bytes: their own floors (bytes divided by, products sped up by)
         for p, (div, speed) in own.items():
             if p in paths: floors[p], drams[p] = fl(rates['bandwidth_model_size_gbs'], nbytes / div, speed), fl(rates['bandwidth_gbs'], nbytes / div, speed)
         row = {'weight_mb': round(nbytes / 2**20, 2), 'kv_mb': round(kv / 2**20, 2), 'fast_kernel': fast.kernel, 'fast_precision': fast.precision,
@@ -503,10 +504,10 @@ def format_kernels(res:dict) -> str:
             lines.append(f"{name:8s} {'floor':15s} {r['weight_mb']:6.1f} {at(r['floor_ms'], 1):6.2f} {at(r['dram_floor_ms'], 1):6.2f} {'':6s} {'':6s} "
                          + ' '.join(f"{at(r['floor_v'], k):5.2f}" for k in range(1, 8)))
         f16 = '/fp16' if r.get('fast_precision') == 'fp16' else ''
-        for path in ('fast', 'fp32', 'call', 'bf16', 'int8', 'script', 'reference'):
+        for path in ('fast', 'fp32', 'fp16', 'call', 'bf16', 'int8', 'script', 'reference'):
             if path not in r: continue
             p = r[path]
-            label = (f"fast:{r['fast_kernel']}{f16}" if path == 'fast' and 'fast_kernel' in r else 'fused/fp32' if path == 'fp32'
+            label = (f"fast:{r['fast_kernel']}{f16}" if path == 'fast' and 'fast_kernel' in r else 'fused/fp32' if path == 'fp32' else 'fused/fp16' if path == 'fp16'
                      else f'fast:{path}' if path in ('bf16', 'int8', 'call') else path)
             fl = p.get('floor_ms', r['floor_ms'])
             lines.append(f"{name:8s} {label:15s} {p.get('weight_mb', r['weight_mb']):6.1f} {at(fl, 1):6.2f} {at(p.get('dram_floor_ms', r.get('dram_floor_ms', r['floor_ms'])), 1):6.2f} "

@@ -12,23 +12,39 @@ from fastcore.basics import patch
 from .core import SmallemError, smallem_home
 
 # %% auto #0
-__all__ = ['KERNEL_SRC', 'INT8_KINDS', 'PASS_STAGES', 'cpu_info', 'PassArgs', 'pack_panels', 'fp16_exact', 'pack_panels_bf16',
-           'quantize_int8', 'pack_panels_int8', 'load_kernel', 'has_bf16', 'int8_kind', 'fused_fits', 'FusedPass',
-           'sample_logits', 'decide_sampled', 'product_times', 'stage_kernel', 'pass_stages']
+__all__ = ['KERNEL_SRC', 'INT8_KINDS', 'PASS_STAGES', 'cpu_kind', 'cpu_info', 'PassArgs', 'pack_panels', 'fp16_exact',
+           'pack_panels_bf16', 'quantize_int8', 'pack_panels_int8', 'load_kernel', 'has_bf16', 'int8_kind',
+           'fused_fits', 'FusedPass', 'sample_logits', 'decide_sampled', 'product_times', 'stage_kernel', 'pass_stages']
 
 # %% ../nbs/12a_fused_cpu.ipynb #dbdc75f4
+_ZEN = {23: lambda m: 'zen2' if m >= 0x30 else 'zen1', 25: lambda m: 'zen4' if 0x10 <= m < 0x20 or 0x60 <= m < 0x80 or 0xa0 <= m < 0xb0 else 'zen3',
+        26: lambda m: 'zen5'}   # AMD family -> model -> microarchitecture
+
+def cpu_kind(model:str, flags:list, family:int|None=None, model_id:int|None=None) -> str:
+    "A short name for what decides a CPU's speed here: vendor and microarchitecture (AMD by family and model), else the vector flags (Intel: AMX, AVX-512 or AVX2)."
+    f = set(flags)
+    if 'EPYC' in model or 'AMD' in model:
+        if family in _ZEN: return 'amd-' + _ZEN[family](model_id or 0)
+        if {'avx512_vp2intersect', 'avx_vnni'} <= f: return 'amd-zen5'   # no family known: the flags that tell the two AVX-512 kinds apart
+        return 'amd-zen4' if 'avx512f' in f else 'amd-avx2' if 'avx2' in f else 'amd'
+    if 'Intel' in model or 'Xeon' in model:
+        return 'intel-xeon-' + ('amx' if 'amx_tile' in f else 'avx512' if 'avx512f' in f else 'avx2' if 'avx2' in f else 'sse')
+    kind = re.sub(r'[^a-z0-9]+', '-', model.lower()).strip('-')[:24]
+    return kind + ('' if not flags or 'avx512f' in f else '-avx2' if 'avx2' in f else '-noavx2')
+
 def cpu_info() -> dict:
-    "The processor this runs on: model name, its vector extensions, threads, torch version, and a short kind for file names."
-    model, flags = platform.processor() or platform.machine(), []
+    "The processor this runs on: model name, family and model numbers, its vector extensions, threads, torch version, and its kind (`cpu_kind`) for file names."
+    model, flags, fam, mid = platform.processor() or platform.machine(), [], None, None
     try:
         text = Path('/proc/cpuinfo').read_text()
-        model = next((l.split(':', 1)[1].strip() for l in text.splitlines() if l.startswith('model name')), model)
-        flags = next((l.split(':', 1)[1].split() for l in text.splitlines() if l.startswith('flags')), [])
+        field = lambda name: next((l.split(':', 1)[1].strip() for l in text.splitlines() if l.split(':')[0].strip() == name), None)
+        model = field('model name') or model
+        flags = (field('flags') or '').split()
+        fam, mid = (int(field(k)) if (field(k) or '').isdigit() else None for k in ('cpu family', 'model'))
     except OSError: pass
     vec = sorted(f for f in flags if f.startswith(('avx', 'amx', 'fma', 'sse4_2', 'f16c')))
-    kind = 'amd-epyc' if 'EPYC' in model else 'intel-xeon' if 'Xeon' in model else re.sub(r'[^a-z0-9]+', '-', model.lower()).strip('-')[:24]
-    if flags and 'avx512f' not in flags: kind += '-avx2' if 'avx2' in flags else '-noavx2'   # a kind without AVX-512 runs another kernel (12a_fused_cpu)
-    return {'model': model, 'kind': kind, 'vector_flags': vec, 'threads': torch.get_num_threads(), 'torch': torch.__version__}
+    return {'model': model, 'family': fam, 'model_id': mid, 'kind': cpu_kind(model, flags, fam, mid), 'vector_flags': vec,
+            'threads': torch.get_num_threads(), 'torch': torch.__version__}
 
 # %% ../nbs/12a_fused_cpu.ipynb #65f687fb
 _SRC_HEAD = r'''
@@ -286,13 +302,37 @@ _SRC_GEMMQ = r'''
 /* vpdpbusd multiplies unsigned bytes by signed ones: x goes in as xq + 128, and 128 * sum(q) comes off each column */
 #define QOFF (QKIND >= 2 ? 128 : 0)
 
+/* each row's scale and bytes (K a multiple of 16); vector conversions round to nearest even, as nearbyintf does: the
+   same bytes on every kind. Written out: gcc left the scalar loop unvectorized, and it cost more than the products' extra rows. */
 static void quant_rows(int R, int K, const float *X, long ldx, const float *sc, unsigned char *xq, float *rs) {
   for (int r = 0; r < R; r++) {
-    const float *x = X + (long)r * ldx; float m = 0;
+    const float *x = X + (long)r * ldx; unsigned char *q = xq + (long)r * K; float m = 0;
+#if QKIND == 3
+    __m512 mx = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
+    m = _mm512_reduce_max_ps(mx);
+#elif QKIND >= 1
+    __m256 mx = _mm256_setzero_ps(); const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int k = 0; k < K; k += 8) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+    float t[8]; _mm256_storeu_ps(t, mx); for (int i = 0; i < 8; i++) m = t[i] > m ? t[i] : m;
+#else
     for (int k = 0; k < K; k++) { float v = fabsf(x[k]); m = v > m ? v : m; }
+#endif
     const float inv = m > 0 ? 127.0f / m : 0.0f;
     rs[r] = m / 127.0f * sc[r];
-    for (int k = 0; k < K; k++) xq[(long)r * K + k] = (unsigned char)((int)nearbyintf(x[k] * inv) + QOFF);
+#if QKIND == 3
+    const __m512 iv = _mm512_set1_ps(inv); const __m512i off = _mm512_set1_epi32(QOFF);
+    for (int k = 0; k < K; k += 16)
+      _mm_storeu_si128((__m128i *)(q + k), _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + k), iv)), off)));
+#elif QKIND >= 1
+    const __m256 iv = _mm256_set1_ps(inv);
+    for (int k = 0; k < K; k += 8) {
+      int t[8]; _mm256_storeu_si256((__m256i *)t, _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), iv)));
+      for (int i = 0; i < 8; i++) q[k + i] = (unsigned char)(t[i] + QOFF);
+    }
+#else
+    for (int k = 0; k < K; k++) q[k] = (unsigned char)((int)nearbyintf(x[k] * inv) + QOFF);
+#endif
   }
 }
 
@@ -417,7 +457,8 @@ int smallem_gemm_int8(int R, int K, int N, const float *X, const signed char *W,
 int smallem_int8_kind(void) { return QKIND; }    /* 3 AVX-512 VNNI, 2 AVX-VNNI, 1 AVX2, 0 portable C */
 
 /* the cores' ceiling for int8 products, as smallem_peak's for fp32: 12 independent chains of this kind's dot product
-   on registers; giga multiply-adds times two (GOP/s, comparable with GFLOP/s) */
+   on registers; giga multiply-adds times two (GOP/s, comparable with GFLOP/s). An empty asm on each chain, to keep it
+   in place, made gcc copy the registers around every instruction and halved the rate on a Zen 4. */
 double smallem_peak_int8(int nthreads, long iters) {
   int sink = 0; double t0 = omp_get_wtime();
   #pragma omp parallel num_threads(nthreads) reduction(+:sink)
@@ -425,12 +466,12 @@ double smallem_peak_int8(int nthreads, long iters) {
 #if QKIND == 3
     __m512i acc[12], x = _mm512_set1_epi32(0x01020304 + omp_get_thread_num()), w = _mm512_set1_epi32(0x01fe01fe);
     for (int j = 0; j < 12; j++) acc[j] = _mm512_set1_epi32(j);
-    for (long it = 0; it < iters; it++) for (int j = 0; j < 12; j++) { acc[j] = _mm512_dpbusd_epi32(acc[j], x, w); __asm__("" : "+v"(acc[j])); }
+    for (long it = 0; it < iters; it++) for (int j = 0; j < 12; j++) acc[j] = _mm512_dpbusd_epi32(acc[j], x, w);
     for (int j = 0; j < 12; j++) sink += _mm512_reduce_add_epi32(acc[j]);
 #elif QKIND >= 1
     __m256i acc[12], x = _mm256_set1_epi32(0x01020304 + omp_get_thread_num()), w = _mm256_set1_epi32(0x01fe01fe);
     for (int j = 0; j < 12; j++) acc[j] = _mm256_set1_epi32(j);
-    for (long it = 0; it < iters; it++) for (int j = 0; j < 12; j++) { acc[j] = DOT4(acc[j], x, w); __asm__("" : "+x"(acc[j])); }
+    for (long it = 0; it < iters; it++) for (int j = 0; j < 12; j++) acc[j] = DOT4(acc[j], x, w);
     for (int j = 0; j < 12; j++) { int t[8]; memcpy(t, &acc[j], 32); for (int i = 0; i < 8; i++) sink += t[i]; }
 #else
     (void)iters;

@@ -22,10 +22,11 @@ from .fast import FastSmallem
 from .bench import run_config, measure_costs, bench_cli, _floats
 
 # %% auto #0
-__all__ = ['GGUF_ARCH', 'GGUF_DTYPES', 'LLAMA_VERSION', 'LLAMA_TOOLS', 'OUR_ROWS', 'PEER_ENGINES', 'hf_config', 'hf_state_dict',
-           'hf_tokenizer_config', 'export_hf', 'hf_parity', 'export_cli', 'gguf_hparams', 'rope_interleave',
-           'gguf_tensors', 'gguf_vocab', 'export_gguf', 'gguf_parity', 'export_gguf_cli', 'llama_bin', 'llama_generate',
-           'llama_bench_tg', 'peer_bench', 'peer_ratios', 'format_peer_table', 'bench_main']
+__all__ = ['GGUF_ARCH', 'GGUF_DTYPES', 'LLAMA_VERSION', 'LLAMA_TOOLS', 'OUR_ROWS', 'INT8_ROWS', 'PEER_ENGINES', 'hf_config',
+           'hf_state_dict', 'hf_tokenizer_config', 'export_hf', 'hf_parity', 'export_cli', 'gguf_hparams',
+           'rope_interleave', 'gguf_tensors', 'gguf_vocab', 'export_gguf', 'gguf_parity', 'export_gguf_cli',
+           'llama_bin', 'llama_generate', 'llama_bench_tg', 'peer_bench', 'peer_ratios', 'format_peer_table',
+           'bench_main']
 
 # %% ../nbs/11_interop.ipynb #cd35d0bf
 def hf_config(cfg:ModelConfig, dtype:torch.dtype=torch.float32) -> dict:
@@ -183,13 +184,13 @@ def rope_interleave(w:torch.Tensor,  # [H*D, d] rows of W_q or W_k, heads in ord
     return w.view(n_heads, D, -1)[:, idx].reshape(w.shape)
 
 # %% ../nbs/11_interop.ipynb #gg000011
-GGUF_DTYPES = {'f32': 0, 'f16': 1}   # the GGUF file types (general.file_type): all f32, or matrices f16 and 1-D tensors f32
+GGUF_DTYPES = {'f32': 0, 'f16': 1, 'q8_0': 7}   # the GGUF file types (general.file_type): all f32; matrices f16, or Q8_0 (blocks of 32 int8 with an fp16 scale), and 1-D tensors f32
 _GGUF_NAMES = {'input_layernorm': 'attn_norm', 'self_attn.q_proj': 'attn_q', 'self_attn.k_proj': 'attn_k',
                'self_attn.v_proj': 'attn_v', 'self_attn.o_proj': 'attn_output', 'post_attention_layernorm': 'ffn_norm',
                'mlp.gate_proj': 'ffn_gate', 'mlp.up_proj': 'ffn_up', 'mlp.down_proj': 'ffn_down'}
 
 def gguf_tensors(model:Smallem, dtype:str='f32') -> dict[str, np.ndarray]:
-    "Our weights under llama.cpp's names, q and k rows in adjacent-pair order, MTP module left out; 1-D tensors stay f32."
+    "Our weights under llama.cpp's names, q and k rows in adjacent-pair order, MTP module left out; 1-D tensors stay f32 (Q8_0 matrices: the `gguf` package's own quantizer, raw bytes)."
     if dtype not in GGUF_DTYPES: raise SmallemError(f"unknown GGUF dtype {dtype!r}; choose one of {', '.join(GGUF_DTYPES)}")
     out = {}
     for k, t in hf_state_dict(model, torch.float32).items():
@@ -200,7 +201,7 @@ def gguf_tensors(model:Smallem, dtype:str='f32') -> dict[str, np.ndarray]:
             name = f'blk.{i}.{_GGUF_NAMES[part]}.weight'
             if part in ('self_attn.q_proj', 'self_attn.k_proj'): t = rope_interleave(t, model.cfg.n_heads)
         if dtype == 'f16' and t.dim() > 1: t = t.half()
-        out[name] = t.numpy()
+        out[name] = gguf.quants.quantize(t.numpy(), gguf.GGMLQuantizationType.Q8_0) if dtype == 'q8_0' and t.dim() > 1 else t.numpy()
     return out
 
 # %% ../nbs/11_interop.ipynb #gg000015
@@ -221,7 +222,7 @@ def gguf_vocab(tokenizer:Tokenizer) -> tuple[list[str], list[int], list[str]]:
 
 # %% ../nbs/11_interop.ipynb #gg000018
 def export_gguf(model:Smallem, tokenizer:Tokenizer, path,
-                dtype:str='f32',          # 'f32', or 'f16' (matrices in half precision, norm weights f32)
+                dtype:str='f32',          # 'f32'; 'f16' (matrices in half precision, norm weights f32); 'q8_0' (matrices in llama.cpp's Q8_0)
                 name:str='smallem') -> Path:  # general.name, shown by llama.cpp when it loads the file
     "Write `model` (without its MTP module) and `tokenizer` as one GGUF file that llama.cpp loads as a `llama` model."
     if not isinstance(model, Smallem): raise SmallemError(f"model must be a Smallem, got {type(model).__name__}")
@@ -237,7 +238,7 @@ def export_gguf(model:Smallem, tokenizer:Tokenizer, path,
     w.add_tokenizer_model('gpt2'); w.add_tokenizer_pre('gpt-2')
     w.add_token_list(tokens); w.add_token_types(types); w.add_token_merges(merges)
     w.add_bos_token_id(0); w.add_eos_token_id(0); w.add_add_bos_token(False); w.add_add_eos_token(False)
-    for k, t in tensors.items(): w.add_tensor(k, t)
+    for k, t in tensors.items(): w.add_tensor(k, t, raw_dtype=gguf.GGMLQuantizationType.Q8_0 if t.dtype == np.uint8 else None)
     try:
         w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
         os.replace(part, out)
@@ -294,7 +295,7 @@ def export_gguf_cli(argv=None):
     p.add_argument('--preset', default=None, help='tiny, cpu or article (default: $SMALLEM_PRESET, else by device)')
     p.add_argument('--name', default='target', help=f"one of {', '.join(MODEL_NAMES)} (default: target)")
     p.add_argument('--out', required=True, help='output file, such as target.gguf (overwritten if it exists)')
-    p.add_argument('--dtype', default='f32', choices=list(GGUF_DTYPES), help='f32, or f16 matrices (norm weights stay f32)')
+    p.add_argument('--dtype', default='f32', choices=list(GGUF_DTYPES), help='f32; f16 or q8_0 matrices (norm weights stay f32)')
     a = p.parse_args(argv)
     try:
         preset = preset_name(a.preset)
@@ -420,7 +421,7 @@ def _hf_configs(hf, new_tokens, assistant_tokens, lookup_tokens):
     rows += [('transformers', 'prompt lookup', n, per_prompt(hf_one(prompt_lookup_num_tokens=n))) for n in lookup_tokens]
     return rows
 
-def _llama_configs(files, tokenizer, new_tokens, assistant_tokens, lookup_tokens, ctx):
+def _llama_configs(files, tokenizer, new_tokens, assistant_tokens, lookup_tokens, ctx, engine='llama.cpp'):
     "llama.cpp's rows, one process per prompt, timed by the tool itself (prompt and decoding; not the start or the model load)."
     def rows_of(tool, **kw):
         def run(prompts, T, seed):
@@ -431,16 +432,18 @@ def _llama_configs(files, tokenizer, new_tokens, assistant_tokens, lookup_tokens
                 m['secs'] += r['seconds']; m['texts'].append(r['text'])
             return m
         return run
-    rows = [('llama.cpp', 'plain', None, rows_of('llama-completion'))]
-    rows += [('llama.cpp', 'speculative, draft2', n, rows_of('llama-speculative', draft=files['draft2'], k=n)) for n in assistant_tokens]
-    rows += [('llama.cpp', 'prompt lookup', n, rows_of('llama-lookup', k=n)) for n in lookup_tokens]
+    rows = [(engine, 'plain', None, rows_of('llama-completion'))]
+    rows += [(engine, 'speculative, draft2', n, rows_of('llama-speculative', draft=files['draft2'], k=n)) for n in assistant_tokens]
+    rows += [(engine, 'prompt lookup', n, rows_of('llama-lookup', k=n)) for n in lookup_tokens]
     return rows
 
 OUR_ROWS = (('plain, reference code', 'none', None), ('plain', 'none', None), ('mtp_v1024', 'mtp_v1024', 2), ('mtp_v1024', 'mtp_v1024', 3),
             ('mtp_v1024', 'mtp_v1024', 'adaptive'), ('draft2', 'draft2', 2), ('draft2', 'draft2', 3), ('draft2', 'draft2', 'adaptive'),
             ('draft2_v1024', 'draft2_v1024', 3), ('ngram', 'ngram', 3), ('ngram', 'ngram', 'heuristic'), ('ngram', 'ngram', 'adaptive'))
 
-def _our_configs(ref, fast, models, costs, new_tokens, rows=OUR_ROWS, prime=None):
+INT8_ROWS = (('plain', 'none', None), ('mtp', 'mtp', 1), ('mtp', 'mtp', 2), ('mtp_v1024', 'mtp_v1024', 1), ('mtp_v1024', 'mtp_v1024', 2), ('draft2', 'draft2', 1), ('draft2', 'draft2', 2))
+
+def _our_configs(ref, fast, models, costs, new_tokens, rows=OUR_ROWS, prime=None, engine='ours'):
     "Our rows on the fast path (and plain decoding on the reference code), run as `smallem_bench` runs them: one adaptive policy per row, which first decodes the held-out prompts `prime`, untimed."
     def make(proposer, k, model):
         def run(prompts, T, seed):
@@ -449,7 +452,7 @@ def _our_configs(ref, fast, models, costs, new_tokens, rows=OUR_ROWS, prime=None
             return dict(secs=r['seconds'], tokens=r['tokens'], texts=r['texts'], passes=st.rounds + len(prompts) if spec else r['passes'],
                         accepted=st.accepted if spec else 0, proposed=st.proposed if spec else 0)
         return run
-    return [('ours', meth, k, make(p, k, ref if 'reference' in meth else fast)) for meth, p, k in rows]
+    return [(engine, meth, k, make(p, k, ref if 'reference' in meth else fast)) for meth, p, k in rows]
 
 # %% ../nbs/11_interop.ipynb #12a2a0d4
 def _peer_row(key, e, common) -> dict:
@@ -466,12 +469,15 @@ PEER_ENGINES = ('llama.cpp', 'transformers', 'ours')
 
 def peer_bench(preset:str|None='cpu', n_prompts:int=8, new_tokens:int=200, repeats:int=3, temperatures=(0.0, 1.0),
                engines=PEER_ENGINES, assistant_tokens=(2, 3, 4), lookup_tokens=(2, 3, 4), our_rows=OUR_ROWS,
-               seed:int=0, progress:bool=True) -> dict:
+               seed:int=0, progress:bool=True,
+               gguf_dtypes=('f32',),   # llama.cpp's weights: one engine per GGUF file type ('llama.cpp' for f32, else 'llama.cpp F16', 'llama.cpp Q8_0')
+               int8:bool=False) -> dict:   # our int8 target too ('ours int8': int8 panels, fixed-k rows of INT8_ROWS)
     "Tokens/s of llama.cpp, transformers and ours on the same weights and prompts, interleaved; returns {'meta': ..., 'rows': [...]}."
     preset = preset_name(preset); torch.set_num_threads(cpu_threads())
     if repeats < 1 or n_prompts < 1 or new_tokens < 1: raise SmallemError("n_prompts, new_tokens and repeats must be >= 1")
     bad = [e for e in engines if e not in PEER_ENGINES]
     if bad or not engines: raise SmallemError(f"unknown engine {bad[0] if bad else None!r}; choose among {', '.join(PEER_ENGINES)}")
+    if any(d not in GGUF_DTYPES for d in gguf_dtypes) or not gguf_dtypes: raise SmallemError(f"GGUF dtypes must be among {', '.join(GGUF_DTYPES)}")
     if 'llama.cpp' in engines: llama_bin()                                        # missing tools: say so before minutes of work
     if 'transformers' in engines: import transformers
     ref, draft = load_or_train(preset, 'target', device='cpu'), load_or_train(preset, 'draft2', device='cpu')
@@ -479,12 +485,17 @@ def peer_bench(preset:str|None='cpu', n_prompts:int=8, new_tokens:int=200, repea
     prompts = validation_prompts(preset, n_prompts)
     new_tokens = min(new_tokens, ref.cfg.max_seq_len - max(map(len, prompts)) - 8)  # every engine stops short of the context
     plain = [tok.decode(t) for t in generate(ref, prompts, new_tokens)]           # the greedy reference text
-    meta = dict(preset=preset, prompts=n_prompts, new_tokens=new_tokens, repeats=repeats, cpu=cpu_info(), versions={'torch': torch.__version__})
+    plains = {'ours int8': [tok.decode(t) for t in generate(FastSmallem(ref, precision='int8'), prompts, new_tokens)]} if int8 and 'ours' in engines else {}   # another model: its own greedy text
+    meta = dict(preset=preset, prompts=n_prompts, new_tokens=new_tokens, repeats=repeats, cpu=cpu_info(), versions={'torch': torch.__version__}, weights={})
+    lname = lambda d: 'llama.cpp' if d == 'f32' else f'llama.cpp {d.upper()}'
     with tempfile.TemporaryDirectory() as tmp:
         configs = []
         if 'llama.cpp' in engines:
-            files = {n: export_gguf(m, tok, Path(tmp)/f'{n}.gguf') for n, m in (('target', ref), ('draft2', draft))}
-            configs += _llama_configs(files, tok, new_tokens, assistant_tokens, lookup_tokens, ref.cfg.max_seq_len)
+            gfiles = {}
+            for d in gguf_dtypes:
+                gfiles[d] = files = {n: export_gguf(m, tok, Path(tmp)/f'{n}-{d}.gguf', d) for n, m in (('target', ref), ('draft2', draft))}
+                configs += _llama_configs(files, tok, new_tokens, assistant_tokens, lookup_tokens, ref.cfg.max_seq_len, lname(d))
+                meta['weights'][lname(d)] = f"GGUF {d.upper()}, target file {files['target'].stat().st_size / 2**20:.1f} MiB (with the embedding and the tokenizer)"
             meta['versions']['llama.cpp'] = f"vendored in llama-cpp-python {LLAMA_VERSION}"
         if 'transformers' in engines:
             verb = transformers.utils.logging.get_verbosity(); transformers.utils.logging.set_verbosity_error()
@@ -498,6 +509,11 @@ def peer_bench(preset:str|None='cpu', n_prompts:int=8, new_tokens:int=200, repea
                                   (min(48, max(16, new_tokens // 4)), max(96, new_tokens))) if props else None
             held = validation_prompts(preset, n_prompts, offset=0.5)[:4]   # what each adaptive row's policy decodes first, untimed (10_bench)
             configs += _our_configs(ref, fast, models, costs, new_tokens, our_rows, held); meta['adaptive_prime'] = {'texts': len(held), 'offset': 0.5}
+            meta['weights']['ours'] = f"{fast.precision} panels, {fast.weight_bytes() / 2**20:.1f} MiB a pass reads"
+            if int8:
+                f8 = FastSmallem(ref, precision='int8')
+                configs += _our_configs(ref, f8, {'draft2': FastSmallem(draft, precision='int8')}, None, new_tokens, INT8_ROWS, engine='ours int8')
+                meta['weights']['ours int8'] = f"int8 panels, {f8.weight_bytes() / 2**20:.1f} MiB a pass reads"
         try:
             for *_, run in configs:
                 for T in temperatures: run(prompts[:1], T, seed)                       # warm-up, not counted
@@ -512,13 +528,15 @@ def peer_bench(preset:str|None='cpu', n_prompts:int=8, new_tokens:int=200, repea
                         if r: continue
                         for key in ('tokens', 'passes', 'accepted', 'proposed'): e[key] += m[key]
                         texts = [t if isinstance(t, str) else tok.decode(t) for t in m['texts']]
-                        e['same'] = all(t.startswith(p) for t, p in zip(texts, plain))   # llama.cpp's rounds may overshoot by a few tokens
+                        e['same'] = all(t.startswith(p) for t, p in zip(texts, plains.get(eng, plain)))   # llama.cpp's rounds may overshoot by a few tokens; quantized GGUFs are other models, compared with the fp32 text all the same
             bar.close()
         finally:
             if 'transformers' in engines: transformers.utils.logging.set_verbosity(verb); transformers.utils.logging.enable_progress_bar()
         # the bare one-token pass, decoding from an empty cache to new_tokens (llama-bench's tg; ours at the mean context)
         meta['pass_ms'] = {'ours': round(1000 * pass_times(fast, (1,), context=new_tokens // 2)[1], 3)}
-        if 'llama.cpp' in engines: meta['pass_ms']['llama.cpp'] = round(1000 / llama_bench_tg(files['target'], new_tokens), 3)
+        if 'ours' in engines and int8: meta['pass_ms']['ours int8'] = round(1000 * pass_times(f8, (1,), context=new_tokens // 2)[1], 3)
+        if 'llama.cpp' in engines:
+            for d, files in gfiles.items(): meta['pass_ms'][lname(d)] = round(1000 / llama_bench_tg(files['target'], new_tokens), 3)
     rows = [_peer_row(key, e, {}) for key, e in acc.items()]
     return dict(meta=meta, rows=rows)
 
@@ -534,9 +552,10 @@ def peer_ratios(rows:list[dict]) -> dict:
         eng = {e: {'plain': next((r for r in rs if r['engine'] == e and r['method'] == 'plain'), None),
                    'best': max((r for r in rs if r['engine'] == e and not r['method'].startswith('plain')), key=lambda r: r['tokens_per_s'], default=None)}
                for e in dict.fromkeys(r['engine'] for r in rs)}
-        ours = eng.get('ours', {})
-        out[T] = {'rows': eng, 'ours_over': {e: {w: round(ours[w]['tokens_per_s'] / v[w]['tokens_per_s'], 2) if ours.get(w) and v[w] else None
-                                                 for w in ('plain', 'best')} for e, v in eng.items() if e != 'ours'}}
+        over = lambda us: {e: {w: round(eng[us][w]['tokens_per_s'] / v[w]['tokens_per_s'], 2) if eng[us].get(w) and v[w] else None
+                               for w in ('plain', 'best')} for e, v in eng.items() if not e.startswith('ours')}
+        out[T] = {'rows': eng, 'ours_over': over('ours') if 'ours' in eng else {}}
+        if 'ours int8' in eng: out[T]['int8_over'] = over('ours int8')   # the int8 target against each engine, Q8_0 llama.cpp the one at equal bytes
     return out
 
 def format_peer_table(result:dict) -> str:
@@ -546,16 +565,20 @@ def format_peer_table(result:dict) -> str:
              f"{m['cpu']['threads']} threads, {m['cpu']['model']}; " + ', '.join(f"{k} {v}" for k, v in m['versions'].items())]
     oc = [r['other_cores'] for r in rows if r['other_cores'] is not None]
     if oc: lines.append(f"other processes used up to {max(oc):.2f} cores while rows ran" + (" (the machine was shared: timings are noisy)" if max(oc) > 0.3 else ""))
+    for e, w in m.get('weights', {}).items(): lines.append(f"weights read by {e}: {w}")
     if 'pass_ms' in m: lines.append("a bare one-token pass (no sampling, no loop; llama.cpp's by llama-bench): " + ', '.join(f"{e} {v:.3f} ms" for e, v in m['pass_ms'].items()))
     for T, v in peer_ratios(rows).items():
-        lines += ['', f"T = {T:g}", f"{'engine':13}{'method':38}{'tokens/s':>9}{'tok/pass':>9}{'ms/pass':>8}{'accept':>7}  same text"]
+        lines += ['', f"T = {T:g}", f"{'engine':16}{'method':35}{'tokens/s':>9}{'tok/pass':>9}{'ms/pass':>8}{'accept':>7}  same text"]
         for r in (r for r in rows if r['temperature'] == T):
             acc = f"{r['acceptance']:.2f}" if r['acceptance'] is not None else '-'
             same = {True: 'yes', False: 'NO', None: '-'}[r['same_as_plain']]
-            lines.append(f"{r['engine']:13}{_label(r):38}{r['tokens_per_s']:9.1f}{r['tokens_per_pass']:9.2f}{r['ms_per_pass']:8.2f}{acc:>7}  {same}")
+            lines.append(f"{r['engine']:16}{_label(r):35}{r['tokens_per_s']:9.1f}{r['tokens_per_pass']:9.2f}{r['ms_per_pass']:8.2f}{acc:>7}  {same}")
         for e, q in v['ours_over'].items():
             b = v['rows'][e]['best']
             lines.append(f"ours / {e}: plain {q['plain']}x; best speculative {q['best']}x (ours: {_label(v['rows']['ours']['best'])}; theirs: {_label(b) if b else '-'})")
+        for e, q in v.get('int8_over', {}).items():
+            b = v['rows'][e]['best']
+            lines.append(f"ours int8 / {e}: plain {q['plain']}x; best speculative {q['best']}x (ours int8: {_label(v['rows']['ours int8']['best'])}; theirs: {_label(b) if b else '-'})")
     return '\n'.join(lines)
 
 # %% ../nbs/11_interop.ipynb #pm000001
@@ -571,11 +594,14 @@ def bench_main(argv=None):
     p.add_argument('--repeats', type=int, default=3, help='interleaved runs per row (median)')
     p.add_argument('--temperature', type=_floats, default=[0.0, 1.0], help='comma-separated temperatures')
     p.add_argument('--engines', default=','.join(PEER_ENGINES), help='comma-separated: llama.cpp (needs tools/build_llama.sh), transformers, ours')
+    p.add_argument('--gguf', default='f32', help="comma-separated GGUF file types for llama.cpp's rows: f32, f16, q8_0 (one engine each)")
+    p.add_argument('--int8', action='store_true', help='our int8 target too (int8 panels; fixed-k rows)')
     p.add_argument('--json', default=None, help='write the result as JSON here')
     a = p.parse_args(argv)
     try:
         if a.json: check_writable(a.json, '--json')
-        res = peer_bench(a.preset, a.prompts, a.new_tokens, a.repeats, tuple(a.temperature), tuple(e.strip() for e in a.engines.split(',') if e.strip()))
+        res = peer_bench(a.preset, a.prompts, a.new_tokens, a.repeats, tuple(a.temperature), tuple(e.strip() for e in a.engines.split(',') if e.strip()),
+                         gguf_dtypes=tuple(d.strip() for d in a.gguf.split(',') if d.strip()), int8=a.int8)
     except SmallemError as e: p.exit(2, f"smallem_bench: error: {e}\n")
     print(format_peer_table(res))
     if a.json: Path(a.json).write_text(json.dumps(res, indent=1) + '\n'); print(f"result written to {a.json}")

@@ -523,7 +523,7 @@ def test_kernel_benchmark_floors_and_paths(tmp_path):
     assert {'fast', 'call', 'script', 'reference'} <= set(r) and all(r[p]['t_ms'][1] > 0 for p in ('fast', 'call'))
     table = format_kernels(res)
     assert 'draft2   floor' in table and 'fast:call' in table and 'keys and values cached' in table
-    old = json.loads((Path(__file__).parent.parent/'nbs/bench/first_kernels_cpu_intel-xeon.json').read_text())   # the first committed run, before the floors counted keys and values
+    old = json.loads((Path(__file__).parent.parent/'nbs/bench/first_kernels_cpu_intel-xeon-amx.json').read_text())   # the first committed run, before the floors counted keys and values
     assert 'an earlier run' in format_kernels(old)
 
 def test_long_chains_past_the_context(fast, prompts, cpu_models):

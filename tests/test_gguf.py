@@ -89,3 +89,25 @@ def test_cli_writes_a_file(tmp_path):
     assert types['blk.0.attn_q.weight'] == 'F16' and types['blk.0.attn_norm.weight'] == 'F32'
     assert 'output.weight' not in types                     # the head is tied: llama.cpp uses token_embd.weight
     assert os.listdir(tmp_path) == ['d2.gguf']              # no temporary file left
+
+
+def test_q8_0_file_read_by_llama_cpp(tmp_path, cpu_models, prompts):
+    "`--dtype q8_0`: matrices in llama.cpp's Q8_0 (the `gguf` package's quantizer), norms f32; llama.cpp loads the file and its"
+    " logits are the model's to within what eight bits move them (not to float rounding: Q8_0 for real), its greedy token"
+    " the model's at most positions."
+    need_llama_cpp()
+    import gguf, numpy as np
+    from llama_cpp import Llama
+    r = run('--preset', 'cpu', '--name', 'target', '--dtype', 'q8_0', '--out', str(tmp_path/'t.gguf'))
+    assert r.returncode == 0, r.stderr
+    g = gguf.GGUFReader(tmp_path/'t.gguf')
+    types = {t.name: t.tensor_type.name for t in g.tensors}
+    assert g.fields['general.file_type'].contents() == 7 and types['blk.0.ffn_up.weight'] == 'Q8_0' and types['token_embd.weight'] == 'Q8_0'
+    assert types['blk.0.attn_norm.weight'] == 'F32'
+    m = Llama(str(tmp_path/'t.gguf'), n_ctx=256, logits_all=True, verbose=False, n_threads=1)
+    x = prompts[0][:32]; m.eval(x)
+    ours = cpu_models['target'](torch.tensor([x]))[0].detach().numpy()
+    theirs = np.array([m.scores[i] for i in range(len(x))])
+    d = np.abs(ours - theirs).max()
+    assert 1e-3 < d < 1.0, d
+    assert (ours.argmax(-1) == theirs.argmax(-1)).mean() >= 0.9

@@ -118,3 +118,23 @@ def test_end_to_end_sampling_int8_target(int8, prompts):
     assert r['stat'] < r['threshold'], f"int8 speculative vs the int8 target's law: chi2 {r['stat']:.1f} >= {r['threshold']:.1f}"
     r = e2e_test(t, lambda: MTPProposer(t), prompts[0], 2000, seed=4, mode='accept')
     assert r['stat'] > r['threshold'], f"negative control not rejected: chi2 {r['stat']:.1f} <= {r['threshold']:.1f}"
+
+def test_cpu_kinds_name_the_microarchitecture():
+    "A Zen 4 and a Zen 5 (both report only 'AMD EPYC') never share a kind; and every committed result's file name carries the kind written inside it."
+    import json
+    from pathlib import Path
+    k = F.cpu_kind
+    avx512 = ['avx2', 'avx512f', 'avx512_bf16', 'avx512_vnni']
+    assert k('AMD EPYC', avx512, 25, 17) == 'amd-zen4' and k('AMD EPYC', avx512 + ['avx_vnni', 'avx512_vp2intersect'], 26, 2) == 'amd-zen5'
+    assert k('AMD EPYC', ['avx2'], 25, 1) == 'amd-zen3' and k('AMD EPYC', ['avx2'], 23, 49) == 'amd-zen2'
+    assert k('AMD EPYC', avx512 + ['avx_vnni', 'avx512_vp2intersect']) == 'amd-zen5' and k('AMD EPYC', avx512) == 'amd-zen4'   # no family known: the flags
+    assert k('Intel(R) Xeon(R) Processor', avx512 + ['amx_tile']) == 'intel-xeon-amx' and k('Intel(R) Xeon(R) Processor', ['avx2']) == 'intel-xeon-avx2'
+    info = cpu_info(); assert info['kind'] == k(info['model'], info['vector_flags'] + [], info['family'], info['model_id']) or info['family'] is None
+    bench = Path(__file__).parent.parent / 'nbs' / 'bench'
+    for f in bench.glob('*.json'):
+        d = json.loads(f.read_text())
+        if not isinstance(d, dict): continue
+        meta = d.get('meta', d)
+        c = meta.get('cpu_info') if isinstance(meta.get('cpu_info'), dict) else meta.get('cpu') if isinstance(meta.get('cpu'), dict) else None
+        if c and 'kind' in c and f.parent == bench and '_cpu_' in f.name or (c and f.name.startswith('cpu_')):
+            assert f.stem.endswith(c['kind']), (f.name, c['kind'])
