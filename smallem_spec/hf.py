@@ -486,6 +486,7 @@ def peer_bench(preset:str|None='cpu', n_prompts:int=8, new_tokens:int=200, repea
     new_tokens = min(new_tokens, ref.cfg.max_seq_len - max(map(len, prompts)) - 8)  # every engine stops short of the context
     plain = [tok.decode(t) for t in generate(ref, prompts, new_tokens)]           # the greedy reference text
     plains = {'ours int8': [tok.decode(t) for t in generate(FastSmallem(ref, precision='int8'), prompts, new_tokens)]} if int8 and 'ours' in engines else {}   # another model: its own greedy text
+    t_start = time.perf_counter()
     meta = dict(preset=preset, prompts=n_prompts, new_tokens=new_tokens, repeats=repeats, cpu=cpu_info(), versions={'torch': torch.__version__}, weights={})
     lname = lambda d: 'llama.cpp' if d == 'f32' else f'llama.cpp {d.upper()}'
     with tempfile.TemporaryDirectory() as tmp:
@@ -538,6 +539,7 @@ def peer_bench(preset:str|None='cpu', n_prompts:int=8, new_tokens:int=200, repea
         if 'llama.cpp' in engines:
             for d, files in gfiles.items(): meta['pass_ms'][lname(d)] = round(1000 / llama_bench_tg(files['target'], new_tokens), 3)
     rows = [_peer_row(key, e, {}) for key, e in acc.items()]
+    meta['minutes'] = round((time.perf_counter() - t_start) / 60, 1)
     return dict(meta=meta, rows=rows)
 
 # %% ../nbs/11_interop.ipynb #dc758abd
