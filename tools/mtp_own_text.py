@@ -1,0 +1,56 @@
+"""An experiment for the family issue: distil the target's MTP module on a mix of the training text and the target's own
+text (continuations of training windows, greedy and at T = 1), and count first guesses kept before and after.
+
+    python tools/mtp_own_text.py [--dir runs/issue57_family] [--steps 1200] [--share 0.5] [--texts 768] [--sampled 3]
+                                 [--threads 1] [--out mtp_own_text.pt]
+
+The module alone is trained, toward the target's own law of the token after next (the loss of `train.mtp_distill_losses`),
+`share` of each batch of 16 windows from the pool of the target's texts (`texts` of them, one batch of 32 in `sampled`
+at T = 1, the rest greedy); the trunk, embedding and head stay frozen, so the target's text is unchanged. First guesses
+kept are counted as tools/family_check.py counts them (8 benchmark prompts x 200 tokens, k = 1, batch 1). The module's
+weights go to --out; nothing in DIR is changed. Counts, not timings.
+"""
+import argparse, time
+from pathlib import Path
+import torch
+from smallem_spec.train import load_checkpoint, mtp_distill_losses, train_batch, TrainConfig, lr_at, evaluate
+from smallem_spec.corpus import load_tokens, validation_prompts
+from smallem_spec.generate import generate
+from smallem_spec.mtp import MTPProposer
+from family_check import first_guess
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument('--dir', default='runs/issue57_family'); ap.add_argument('--steps', type=int, default=1200)
+    ap.add_argument('--share', type=float, default=0.5); ap.add_argument('--texts', type=int, default=768)
+    ap.add_argument('--sampled', type=int, default=3); ap.add_argument('--threads', type=int, default=1)
+    ap.add_argument('--out', default='mtp_own_text.pt')
+    a = ap.parse_args(argv); torch.set_num_threads(a.threads); t0 = time.time()
+    model = load_checkpoint(Path(a.dir), 'target', 'cpu').eval(); data = load_tokens('cpu'); prompts = validation_prompts('cpu', 8)
+    kept = lambda: {T: round(first_guess(model, lambda: MTPProposer(model), prompts, 200, T), 4) for T in (0.0, 1.0)}
+    print('first guesses kept before', kept(), flush=True)
+    g, pool = torch.Generator().manual_seed(7), []
+    for b in range(a.texts // 32):
+        ix = torch.randint(0, len(data.train) - 40, (32,), generator=g).tolist()
+        ps = [data.train[i:i + 33].tolist() for i in ix]
+        outs = generate(model, ps, 224, temperature=1.0 if b % a.sampled == a.sampled - 1 else 0.0, generator=g)
+        pool += [p + o for p, o in zip(ps, outs) if len(o) == 224]
+    pool = torch.tensor(pool); print(f'{len(pool)} texts of the target, {time.time() - t0:.0f} s', flush=True)
+    tc = TrainConfig(steps=a.steps, batch_size=16, seq_len=256, lr=5e-4, warmup=20, seed=1)
+    params = list(model.mtp.parameters()); mine = {id(p) for p in params}
+    for p in model.parameters():
+        if id(p) not in mine: p.requires_grad_(False)
+    opt = torch.optim.AdamW([{'params': [p for p in params if p.dim() >= 2], 'weight_decay': 0.1},
+                             {'params': [p for p in params if p.dim() < 2], 'weight_decay': 0.}], lr=tc.lr, betas=(0.9, 0.95))
+    model.eval(); model.mtp.train(); own = int(16 * a.share)
+    for step in range(a.steps):
+        for grp in opt.param_groups: grp['lr'] = lr_at(step, tc)
+        x = train_batch(data, tc, g, 'cpu')
+        if own: x = torch.cat([x[:16 - own], pool[torch.randint(0, len(pool), (own,), generator=g)]])
+        _, kl = mtp_distill_losses(model, x); opt.zero_grad(); kl.backward(); torch.nn.utils.clip_grad_norm_(params, 1.0); opt.step()
+        if step % 100 == 99: print(step + 1, round(kl.item(), 4), f'{time.time() - t0:.0f} s', flush=True)
+    model.eval(); ev = evaluate(model, data, windows=64)
+    print('first guesses kept after', kept(), {k: round(ev[k], 4) for k in ('nats_per_byte', 'mtp_acc', 'mtp_agree')}, f'{time.time() - t0:.0f} s', flush=True)
+    torch.save(model.mtp.state_dict(), a.out); print('module written to', a.out)
+
+if __name__ == '__main__': main()
