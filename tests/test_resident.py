@@ -1,0 +1,109 @@
+"""Rounds that stay on the device (`12c_device_rounds`), run eagerly on the CPU: the same tensor code a GPU captures as
+CUDA graphs. Checked against the reference loop of `05_greedy`: greedy texts identical to the target alone; the tokens
+each row holds after every round equal to the reference's; every cache's kept slots equal to a fresh pass over the text;
+the sampled law by chi-squared with the realistic bug rejected; the adaptive policy's choice of k = 0."""
+import pytest, torch
+from smallem_spec.core import SmallemError
+from smallem_spec.fast import FastSmallem
+from smallem_spec.generate import generate
+from smallem_spec.spec import speculative_generate, DraftProposer
+from smallem_spec.mtp import MTPProposer
+from smallem_spec.exactness import law_test
+from smallem_spec.resident import DeviceRounds, StaticCache, static_pass
+
+@pytest.fixture(scope='module')
+def script(cpu_models):
+    "The family on the scripted path (the one the device rounds run), each model wrapped once."
+    return {n: FastSmallem(m, kernel='script', graphs=False) for n, m in cpu_models.items()}
+
+@pytest.fixture(scope='module')
+def rounds(script):
+    return {'mtp': DeviceRounds(script['target'], 'mtp', kmax=4), 'draft2': DeviceRounds(script['target'], script['draft2'], kmax=4),
+            'plain': DeviceRounds(script['target'], None)}
+
+@pytest.mark.parametrize('name,k', [('mtp', 1), ('mtp', 3), ('draft2', 2), ('draft2', 4), ('mtp', 0), ('plain', 0), ('mtp', 'adaptive'), ('draft2', 'adaptive')])
+def test_greedy_identity(rounds, cpu_models, prompts, name, k):
+    "Greedy text of the device rounds equals the target alone's, for one row and for four rows of different lengths."
+    for P in (prompts[:1], [p[:n] for p, n in zip(prompts[1:5], (32, 9, 20, 2))]):
+        plain = generate(cpu_models['target'], P, 48)
+        out, st = rounds[name].generate(P, 48, k, every=4)
+        assert out == plain, f"{name} k={k}: the device rounds' greedy text differs from the target alone"
+        assert st.new_tokens == 48 * len(P) and st.rounds > 0
+
+def _reference_rounds(target, proposer, P, N, k):
+    "Tokens each row holds after every round of the reference loop (05_greedy), read by its `on_round` hook."
+    seen = []
+    out, _ = speculative_generate(target, proposer, P, N, k, on_round=lambda cache, sids, o: seen.append([len(x) for x in o]))
+    return out, seen
+
+@pytest.mark.parametrize('name,k', [('mtp', 2), ('draft2', 3)])
+def test_rounds_match_the_reference_loop(rounds, script, prompts, name, k):
+    "Round by round, each row holds as many tokens as in the reference loop (capped at the budget: the reference shortens its last round)."
+    P, N, t = prompts[:4], 60, script['target']
+    ref_out, ref = _reference_rounds(t, MTPProposer(t) if name == 'mtp' else DraftProposer(script['draft2']), P, N, k)
+    out, st = rounds[name].generate(P, N, k, every=3)
+    assert out == ref_out
+    log = st.round_log.tolist()                                   # [rounds, B]: kept per row, -1 once done
+    held, dev = [1] * len(P), []
+    for r in log[:len(ref)]:
+        held = [h + (n + 1 if n >= 0 else 0) for h, n in zip(held, r)]; dev.append([min(h, N) for h in held])
+    assert dev == ref, "the device rounds kept other counts than the reference loop"
+    assert st.rounds == len(ref) and st.accepted == sum(n for r in log for n in r if n > 0)
+
+def test_caches_hold_the_text(rounds, script, prompts):
+    "After a generation, each cache's kept slots equal a fresh pass over the text (the target's, the drafter's, the MTP module's)."
+    P = [p[:n] for p, n in zip(prompts[:3], (32, 11, 25))]
+    t = script['target']
+    for name in ('draft2', 'mtp'):
+        dr = rounds[name]; dr.generate(P, 40, 3, every=2); s = dr.s
+        full = [p + o for p, o in zip(P, s['out'].tolist())]
+        for b, p in enumerate(P):
+            n_t = int(s['tc'].lens[b]); x = torch.tensor([full[b][:n_t]])
+            fresh = StaticCache(t, 1, s['tc'].S, t.cfg.n_layers); _, hid = static_pass(t, fresh, fresh.lens, x)
+            S = s['tc'].S
+            torch.testing.assert_close(s['tc'].kv[:, b * S:b * S + n_t], fresh.kv[:, :n_t], rtol=1e-4, atol=1e-4)
+            n_p, pc = int(s['pc'].lens[b]), s['pc']
+            ref = StaticCache(script['draft2'] if name == 'draft2' else t, 1, S, pc.kv.shape[0])
+            if name == 'draft2': static_pass(script['draft2'], ref, ref.lens, torch.tensor([full[b][:n_p]]))
+            else: static_pass(t, ref, ref.lens, torch.tensor([full[b][1:n_p + 1]]), hid[:, :n_p])
+            torch.testing.assert_close(pc.kv[:, b * S:b * S + n_p], ref.kv[:, :n_p], rtol=1e-4, atol=1e-4)
+            assert n_p + int(s['np'][b]) == n_t + (1 if name == 'draft2' else 0), "the proposer's cache and its pending tokens do not add up to the text"
+
+def test_sampled_law(rounds, script, prompts):
+    """Tokens 2 and 3 of 8,000 sampled continuations (MTP, k = 2, T = 1) against the target's exact law: two chi-squared
+    tests at 0.1% (false-failure rate at most 0.2%). The realistic bug, the correction drawn from p instead of
+    norm(max(0, p - q)), is rejected on the same prompt and seed (it shifts the law by a few points where the module
+    disagrees with the target: a subtle bias, not a gross one; 5 rejections in 5 seeds at 8,000 draws for the reference
+    loop, nbs/bench/e2e_power.json; here chi2 about twice its threshold)."""
+    t, dr, P = script['target'], DeviceRounds(script['target'], 'mtp', kmax=2), [prompts[0][:12]] * 2000   # a short prompt: less to read
+    def law(residual):
+        outs = []
+        for seed in range(4):
+            outs += dr.generate(P, 3, 2, 1.0, torch.Generator().manual_seed(seed), _residual=residual)[0]
+        return max((law_test(t, P * 4, outs, 1.0, j) for j in (2, 3)), key=lambda r: r['stat'] / r['threshold'])
+    ok, bug = law(True), law(False)
+    assert ok['stat'] < ok['threshold'], f"device rounds vs the exact law: chi2 {ok['stat']:.1f} >= {ok['threshold']:.1f}"
+    assert bug['stat'] >= bug['threshold'], f"the correction drawn from p was not rejected: chi2 {bug['stat']:.1f} < {bug['threshold']:.1f}"
+
+def test_adaptive_chooses_plain_steps_when_nothing_pays(rounds, cpu_models, prompts):
+    "With rounds priced so that no k pays, the policy runs k = 0 (plain steps, the guess counted but not sent) and the text is unchanged; priced cheap, it guesses."
+    dr, P = rounds['mtp'], prompts[:2]
+    plain = generate(cpu_models['target'], P, 40)
+    costly = {0: 1.0, **{k: 1.0 + 2.0 * k for k in range(1, 5)}}
+    out, st = dr.generate(P, 40, 'adaptive', every=2, prices=costly)
+    assert out == plain and set(st.k_used[2:]) == {0}, f"k used {st.k_used}"
+    cheap = {k: 1.0 + 0.01 * k for k in range(5)}
+    out, st = dr.generate(P, 40, 'adaptive', every=2, prices=cheap)
+    assert out == plain and min(st.k_used[2:]) >= 2, f"k used {st.k_used}"
+
+def test_bad_inputs(script, prompts):
+    t = script['target']
+    with pytest.raises(SmallemError, match='no MTP module'): DeviceRounds(script['draft2'], 'mtp')
+    with pytest.raises(SmallemError, match="proposer must be"): DeviceRounds(t, 'ngram')
+    with pytest.raises(SmallemError, match='kmax must be'): DeviceRounds(t, 'mtp', kmax=0)
+    with pytest.raises(SmallemError, match='CUDA graphs need'): DeviceRounds(t, 'mtp', graphs=True)
+    dr = DeviceRounds(t, 'mtp', kmax=2)
+    with pytest.raises(SmallemError, match='k must be'): dr.generate(prompts[:1], 10, 3)
+    with pytest.raises(SmallemError, match='exceed the context'): dr.generate(prompts[:1], 250, 2)
+    with pytest.raises(SmallemError, match='max_new_tokens'): dr.generate(prompts[:1], 0, 2)
+    with pytest.raises(SmallemError, match='temperature'): dr.generate(prompts[:1], 10, 2, -1.0)
