@@ -110,8 +110,8 @@ class FastSmallem:
         if precision in ('fp16', 'bf16', 'int8') and self.kernel != 'fused': raise SmallemError(f"{precision} passes need the fused CPU kernel")
         if precision == 'fp16' and not fp16_exact(model): raise SmallemError("fp16 panels would round this model's weights: ask for them only where every weight is an fp16 number (a saved checkpoint)")
         bf = self.kernel == 'fused' and has_bf16(load_kernel())
+        if proposer_bf16 and precision == 'int8': raise SmallemError("an int8 target proposes in int8 too: bf16 proposing passes beside it are not built")   # whatever the processor
         if proposer_bf16 and not bf: raise SmallemError("bf16 proposing passes need the fused CPU kernel on a processor with AVX-512 BF16")
-        if proposer_bf16 and precision == 'int8': raise SmallemError("an int8 target proposes in int8 too: bf16 proposing passes beside it are not built")
         if precision == 'int8': bf = False
         if proposer_bf16 and precision == 'fp16': raise SmallemError("bf16 proposing passes beside an fp16 target are not built: ask for one or the other")
         auto = precision is None and self.kernel == 'fused' and not proposer_bf16 and fp16_exact(model)   # the target's panels first: the measured kind (below)
