@@ -2,28 +2,39 @@
 text (continuations of training windows, greedy and at T = 1), and count first guesses kept before and after.
 
     python tools/mtp_own_text.py [--dir runs/issue57_family] [--steps 1200] [--share 0.5] [--texts 768] [--sampled 3]
-                                 [--threads 1] [--out mtp_own_text.pt]
+                                 [--top1 0] [--threads 1] [--out mtp_own_text.pt]
 
 The module alone is trained, toward the target's own law of the token after next (the loss of `train.mtp_distill_losses`),
 `share` of each batch of 16 windows from the pool of the target's texts (`texts` of them, one batch of 32 in `sampled`
 at T = 1, the rest greedy); the trunk, embedding and head stay frozen, so the target's text is unchanged. First guesses
 kept are counted as tools/family_check.py counts them (8 benchmark prompts x 200 tokens, k = 1, batch 1). The module's
-weights go to --out; nothing in DIR is changed. Counts, not timings.
+weights go to --out; nothing in DIR is changed. Counts, not timings. `--top1 W` adds W times the cross-entropy of the
+module on the target's most likely token after next to the KL: what a greedy first guess must match.
 """
 import argparse, time
 from pathlib import Path
 import torch
+import torch.nn.functional as F
 from smallem_spec.train import load_checkpoint, mtp_distill_losses, train_batch, TrainConfig, lr_at, evaluate
 from smallem_spec.corpus import load_tokens, validation_prompts
 from smallem_spec.generate import generate
 from smallem_spec.mtp import MTPProposer
 from family_check import first_guess
 
+def top1_losses(model, x, w:float):
+    "`mtp_distill_losses`'s KL(p || q) of the token after next, plus w times the module's cross-entropy on p's most likely token."
+    inp = x[:, :-1]
+    with torch.no_grad(): logits, h = model(inp, return_hidden=True)
+    ml, _ = model.mtp_forward(h[:, :-1], inp[:, 1:])
+    lq = F.log_softmax(ml.float(), -1).flatten(0, 1); lp = F.log_softmax(logits[:, 1:].float(), -1).flatten(0, 1)
+    return F.kl_div(lq, lp, log_target=True, reduction='batchmean') + w * F.nll_loss(lq, lp.argmax(-1))
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--dir', default='runs/issue57_family'); ap.add_argument('--steps', type=int, default=1200)
     ap.add_argument('--share', type=float, default=0.5); ap.add_argument('--texts', type=int, default=768)
     ap.add_argument('--sampled', type=int, default=3); ap.add_argument('--threads', type=int, default=1)
+    ap.add_argument('--top1', type=float, default=0.0)
     ap.add_argument('--out', default='mtp_own_text.pt')
     a = ap.parse_args(argv); torch.set_num_threads(a.threads); t0 = time.time()
     model = load_checkpoint(Path(a.dir), 'target', 'cpu').eval(); data = load_tokens('cpu'); prompts = validation_prompts('cpu', 8)
@@ -47,7 +58,7 @@ def main(argv=None):
         for grp in opt.param_groups: grp['lr'] = lr_at(step, tc)
         x = train_batch(data, tc, g, 'cpu')
         if own: x = torch.cat([x[:16 - own], pool[torch.randint(0, len(pool), (own,), generator=g)]])
-        _, kl = mtp_distill_losses(model, x); opt.zero_grad(); kl.backward(); torch.nn.utils.clip_grad_norm_(params, 1.0); opt.step()
+        kl = top1_losses(model, x, a.top1) if a.top1 else mtp_distill_losses(model, x)[1]; opt.zero_grad(); kl.backward(); torch.nn.utils.clip_grad_norm_(params, 1.0); opt.step()
         if step % 100 == 99: print(step + 1, round(kl.item(), 4), f'{time.time() - t0:.0f} s', flush=True)
     model.eval(); ev = evaluate(model, data, windows=64)
     print('first guesses kept after', kept(), {k: round(ev[k], 4) for k in ('nats_per_byte', 'mtp_acc', 'mtp_agree')}, f'{time.time() - t0:.0f} s', flush=True)
