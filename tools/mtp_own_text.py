@@ -2,16 +2,18 @@
 text (continuations of training windows, greedy and at T = 1), and count first guesses kept before and after.
 
     python tools/mtp_own_text.py [--dir runs/issue57_family] [--steps 1200] [--share 0.5] [--texts 768] [--sampled 3]
-                                 [--top1 0] [--threads 1] [--out mtp_own_text.pt]
+                                 [--top1 0] [--blocks 1] [--threads 1] [--out mtp_own_text.pt]
 
 The module alone is trained, toward the target's own law of the token after next (the loss of `train.mtp_distill_losses`),
 `share` of each batch of 16 windows from the pool of the target's texts (`texts` of them, one batch of 32 in `sampled`
 at T = 1, the rest greedy); the trunk, embedding and head stay frozen, so the target's text is unchanged. First guesses
 kept are counted as tools/family_check.py counts them (8 benchmark prompts x 200 tokens, k = 1, batch 1). The module's
 weights go to --out; nothing in DIR is changed. Counts, not timings. `--top1 W` adds W times the cross-entropy of the
-module on the target's most likely token after next to the KL: what a greedy first guess must match.
+module on the target's most likely token after next to the KL: what a greedy first guess must match. `--blocks N` gives
+the module N blocks: its trained block first, then N - 1 new ones that start as the identity (their two output
+projections zero), each with its own layer of the module's cache; the capacity experiment (the library's module has one).
 """
-import argparse, time
+import argparse, copy, time
 from pathlib import Path
 import torch
 import torch.nn.functional as F
@@ -19,6 +21,7 @@ from smallem_spec.train import load_checkpoint, mtp_distill_losses, train_batch,
 from smallem_spec.corpus import load_tokens, validation_prompts
 from smallem_spec.generate import generate
 from smallem_spec.mtp import MTPProposer
+from smallem_spec.cache import PagedKVCache
 from family_check import first_guess
 
 def top1_losses(model, x, w:float):
@@ -29,17 +32,37 @@ def top1_losses(model, x, w:float):
     lq = F.log_softmax(ml.float(), -1).flatten(0, 1); lp = F.log_softmax(logits[:, 1:].float(), -1).flatten(0, 1)
     return F.kl_div(lq, lp, log_target=True, reduction='batchmean') + w * F.nll_loss(lq, lp.argmax(-1))
 
+class Blocks(torch.nn.Module):
+    "Blocks run in turn where the module has one; block i reads and writes layer `layer + i` of the cache."
+    def __init__(self, blocks): super().__init__(); self.blocks = torch.nn.ModuleList(blocks)
+    def forward(self, x, cos, sin, cache=None, layer=0, plan=None):
+        for i, b in enumerate(self.blocks): x = b(x, cos, sin, cache, layer + i, plan)
+        return x
+
+def more_blocks(model, n:int):
+    "Give `model`'s MTP module n blocks (the trained one first, the others the identity) and a cache of n layers for it."
+    first = model.mtp.block; extra = [copy.deepcopy(first) for _ in range(n - 1)]
+    for b in extra:
+        for lin in (b.attn.wo, b.ffn.w2): torch.nn.init.zeros_(lin.weight)
+        for lin in (b.attn.wqkv, b.ffn.w13): torch.nn.init.normal_(lin.weight, std=0.02)
+    model.mtp.block = Blocks([first] + extra); new = model.new_cache
+    def new_cache(*args, mtp=False, **kw):
+        c = new(*args, mtp=mtp, **kw)
+        return PagedKVCache(n, c.k.shape[2], c.k.shape[3], c.n_pages, c.page_size, c.max_len, device=c.device, dtype=c.k.dtype) if mtp else c
+    model.new_cache = new_cache
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--dir', default='runs/issue57_family'); ap.add_argument('--steps', type=int, default=1200)
     ap.add_argument('--share', type=float, default=0.5); ap.add_argument('--texts', type=int, default=768)
     ap.add_argument('--sampled', type=int, default=3); ap.add_argument('--threads', type=int, default=1)
-    ap.add_argument('--top1', type=float, default=0.0)
+    ap.add_argument('--top1', type=float, default=0.0); ap.add_argument('--blocks', type=int, default=1)
     ap.add_argument('--out', default='mtp_own_text.pt')
     a = ap.parse_args(argv); torch.set_num_threads(a.threads); t0 = time.time()
     model = load_checkpoint(Path(a.dir), 'target', 'cpu').eval(); data = load_tokens('cpu'); prompts = validation_prompts('cpu', 8)
     kept = lambda: {T: round(first_guess(model, lambda: MTPProposer(model), prompts, 200, T), 4) for T in (0.0, 1.0)}
     print('first guesses kept before', kept(), flush=True)
+    if a.blocks > 1: more_blocks(model, a.blocks); print(f'module of {a.blocks} blocks, {sum(p.numel() for p in model.mtp.parameters()):,} parameters; kept', kept(), flush=True)
     g, pool = torch.Generator().manual_seed(7), []
     for b in range(a.texts // 32):
         ix = torch.randint(0, len(data.train) - 40, (32,), generator=g).tolist()
