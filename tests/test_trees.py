@@ -6,7 +6,7 @@ import pytest, torch
 from smallem_spec.core import SmallemError
 from smallem_spec.generate import generate
 from smallem_spec.exactness import law_test
-from smallem_spec.tree import (Tree, TreeMTP, TreeDrafter, roomy_cache, target_tree_pass, keep_path, tree_generate,
+from smallem_spec.tree import (Tree, TreeMTP, roomy_cache, target_tree_pass, keep_path, tree_generate,
                                make_tree_proposer, parse_shape)
 
 def _random_trees(B, n, V, g):
