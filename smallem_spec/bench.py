@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 import matplotlib.pyplot as plt
-from .core import SmallemError, preset_name, argmax, sample_probs, sync, median_time, check_writable
+from .core import SmallemError, repo_models_dir, preset_name, argmax, sample_probs, sync, median_time, check_writable
 from .corpus import validation_prompts
 from .train import load_or_train
 from .generate import generate, pass_times, probs_at, sampling, chains
@@ -21,8 +21,8 @@ from .mtp import PROPOSERS, DRAFTERS, parse_proposer, make_proposer
 from .cost import AdaptiveK, HeuristicK, expected_tokens_pos
 
 # %% auto #0
-__all__ = ['ADAPTIVE_KMAX', 'proposer_cost', 'decide_time', 'measure_costs', 'run_config', 'bench', 'format_table', 'verdict',
-           'result_path', 'plot_result', 'bench_cli']
+__all__ = ['ADAPTIVE_KMAX', 'OLDER_FAMILY', 'proposer_cost', 'decide_time', 'measure_costs', 'run_config', 'bench', 'family',
+           'format_table', 'verdict', 'result_path', 'plot_result', 'bench_cli']
 
 # %% ../nbs/10_bench.ipynb #330878f3
 def _propose_time(target, make, chunks, k, temperature, n):
@@ -315,7 +315,8 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     ref = load_or_train(preset, 'target', device=device)
     wrap = (lambda m: FastSmallem(m, precision=precision, proposer_bf16=proposer_bf16)) if fast else (lambda m: m)
     target = wrap(ref)
-    models = {b: wrap(load_or_train(preset, b, device=device)) for b in {parse_proposer(p)[0] for p in proposers} if b in DRAFTERS}
+    loaded = {b: load_or_train(preset, b, device=device) for b in {parse_proposer(p)[0] for p in proposers} if b in DRAFTERS}
+    models = {b: wrap(m) for b, m in loaded.items()}
     prompts = validation_prompts(preset, n=n_prompts, length=32)
     configs = [(p, k) for p in proposers for k in ks] + ([('none', 'reference')] if fast else [])   # the target alone on the reference code
     n_groups = len({p for p, _ in configs})   # a batch of several chunks adds one run of the target alone per group (its rows' baselines run beside them)
@@ -330,8 +331,19 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     raw = _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar, prime=prime, prime_texts=prime_texts)
     bar.close()
     meta = dict(_grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx), filters=filters or None,
+                models={n: (getattr(m, 'manifest', None) or {}).get('weights_sha256', '')[:16] for n, m in {'target': ref, **loaded}.items()},   # which family ran (`family`)
                 adaptive_prime={'texts_a_batch': {str(b): len(prime[:max(b, prime_texts)]) if prime_texts > 0 else 0 for b in batches}, 'offset': 0.5, 'new_tokens': new_tokens})
     return dict(meta=meta, rows=[_grid_row(key, lst, raw, costs, fast) for key, lst in raw.items()])
+
+OLDER_FAMILY = {'cpu': {'target': 'bbf098d1327c9d8f', 'nats_per_byte': 1.4316}}   # the cpu family before issue 57's (its target's manifest, git history of models/cpu before 2026-12-07)
+
+def family(meta:dict) -> str:
+    "Which family of the preset a benchmark file measured: 'committed' (today's `models/<preset>`), 'older', or 'other'."
+    ran = (meta.get('models') or {}).get('target')
+    if ran is None: return 'older' if meta.get('preset') in OLDER_FAMILY else 'other'   # written before files recorded their models
+    f = repo_models_dir()/meta['preset']/'target.json'
+    if f.exists() and json.loads(f.read_text())['weights_sha256'].startswith(ran): return 'committed'
+    return 'older' if (OLDER_FAMILY.get(meta['preset']) or {}).get('target') == ran else 'other'
 
 # %% ../nbs/10_bench.ipynb #a89ef862
 def _fmt(x, spec, unit=''):

@@ -116,9 +116,9 @@ def lookup_shift(target, prompt, n=3, top=30):
     p1 = torch.softmax(target(torch.tensor([prompt], device=target.device))[0, -1].float(), -1)
     w, t1 = torch.topk(p1, top)
     ctx = [prompt + [int(t)] for t in t1]
-    p2 = torch.softmax(target(torch.tensor(ctx, device=target.device))[:, -1].float(), -1)
-    pd = torch.tensor([float(p2[j, lookup(c, n, 1)[0]]) for j, c in enumerate(ctx)])
-    return float((w.cpu() * pd * (1 - pd)).sum())
+    p2 = torch.softmax(target(torch.tensor(ctx, device=target.device))[:, -1].double(), -1)   # in double: 1 - p(d) cancels when the target is sure of d
+    pd = torch.tensor([float(p2[j, lookup(c, n, 1)[0]]) for j, c in enumerate(ctx)], dtype=torch.float64)
+    return float((w.cpu().double() * pd * (1 - pd)).sum())
 
 # %% ../nbs/08a_exactness.ipynb #pw000008
 @torch.inference_mode()

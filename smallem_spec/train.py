@@ -39,6 +39,7 @@ class TrainConfig:
     dropout: float = 0.0            # residual dropout while training (a regulariser for long runs on a small corpus)
     extra_text: str = ''            # 'folio': also train on the Folio editions of the training plays, 'kjv': on the King James Bible (`load_tokens`)
     ema: float = 0.0                # decay of a moving average of the weights, evaluated beside them and kept as the model (0: off)
+    patience: int = 0               # early stop: end the run once validation has not improved for this many evaluations, and keep the best evaluation's weights (0: off)
     eval_every: int = 100
     eval_windows: int = 32          # validation windows of seq_len tokens for periodic evaluation
     seed: int = 0
@@ -46,7 +47,7 @@ class TrainConfig:
 TRAIN_PRESETS = {
     'tiny': TrainConfig(steps=60, batch_size=8, seq_len=128, lr=3e-3, warmup=10, eval_every=30, eval_windows=8),
     'cpu': TrainConfig(steps=900, batch_size=16, seq_len=256, lr=2e-3, warmup=40, eval_every=150),
-    'article': TrainConfig(steps=6000, batch_size=32, seq_len=512, lr=1.5e-3, warmup=200, eval_every=500, eval_windows=64),
+    'article': TrainConfig(steps=6000, batch_size=32, seq_len=512, lr=1.5e-3, warmup=200, eval_every=250, eval_windows=64, dropout=0.1, patience=4),   # stops on validation: see "On a GPU"
 }
 
 # %% ../nbs/03_train.ipynb #e24082c8
@@ -120,14 +121,14 @@ def evaluate(model:Smallem, data:TokenData, seq_len:int=256, windows:int|None=No
 # %% ../nbs/03_train.ipynb #9d063bcd
 def default_device(): return 'cuda' if torch.cuda.is_available() else 'cpu'
 
-def _save_state(path:Path, run:dict, model, opt, g, step:int, hist:list, seconds:float, avg:dict|None=None):
-    "Everything a run needs to go on: weights, optimiser, the next step, the data generator's and torch's RNG states, the curve so far (and the weights' moving average)."
+def _save_state(path:Path, run:dict, model, opt, g, step:int, hist:list, seconds:float, avg:dict|None=None, best:dict|None=None):
+    "Everything a run needs to go on: weights, optimiser, the next step, the data generator's and torch's RNG states, the curve so far (and the weights' moving average, or the best evaluation's weights under `patience`)."
     tmp = path.with_name(path.name + '.tmp')
     torch.save(dict(run, model=model.state_dict(), opt=opt.state_dict(), step=step, g=g.get_state(), rng=torch.get_rng_state(),
-                    hist=hist, seconds=seconds, **({'ema': avg} if avg is not None else {})), tmp)
+                    hist=hist, seconds=seconds, **({'ema': avg} if avg is not None else {}), **({'best': best} if best is not None else {})), tmp)
     tmp.replace(path)                                   # a run killed while saving keeps its previous state
 
-def _load_state(path:Path, run:dict, model, opt, g, avg:dict|None=None) -> tuple[int, list, float]:
+def _load_state(path:Path, run:dict, model, opt, g, avg:dict|None=None) -> tuple[int, list, float, dict|None]:
     "Restore a run saved by `_save_state`; refuses a state saved by another run."
     try: st = torch.load(path, map_location='cpu', weights_only=False)   # a state saved on a GPU resumes on a CPU too
     except Exception as e: raise SmallemError(f"cannot read the saved run {path}: {e}; remove it to start over") from None
@@ -136,7 +137,7 @@ def _load_state(path:Path, run:dict, model, opt, g, avg:dict|None=None) -> tuple
     model.load_state_dict(st['model']); opt.load_state_dict(st['opt']); g.set_state(st['g']); torch.set_rng_state(st['rng'])
     if avg is not None:
         for n, t in avg.items(): t.copy_(st['ema'][n])
-    return st['step'], st['hist'], st['seconds']
+    return st['step'], st['hist'], st['seconds'], st.get('best')
 
 # %% ../nbs/03_train.ipynb #98dd55a0
 def _train_step(model, opt, data, tc, g, device, amp, step:int, teacher=None) -> float:
@@ -189,6 +190,8 @@ def train_model(preset:str|None=None, name:str='target', tc:TrainConfig|None=Non
                ) -> tuple[Smallem|None, dict]:
     "Train model `name` of a preset's family; returns the model and its training record (the model is None for a resumable run stopped early)."
     preset = preset_name(preset); tc = tc or TRAIN_PRESETS[preset]; device = device or default_device()
+    if tc.patience and tc.ema: raise SmallemError("patience keeps the best evaluation's weights and ema their moving average: choose one")
+    if tc.patience < 0: raise SmallemError(f"patience must be >= 0 evaluations (got {tc.patience})")
     cfg = model_config(preset, name); data = data or load_tokens(preset, tc.extra_text or None)
     if layers is not None: cfg = replace(cfg, n_layers=layers)
     if dim is not None:
@@ -206,7 +209,7 @@ def train_model(preset:str|None=None, name:str='target', tc:TrainConfig|None=Non
         teacher = (teacher if teacher is not None else load_or_train(preset, 'target', device=device, progress=progress)).to(device).eval().requires_grad_(False)
         run['teacher'] = (getattr(teacher, 'manifest', None) or {}).get('weights_sha256')
     avg = {n: p.detach().clone() for n, p in model.named_parameters()} if tc.ema else None   # the weights' moving average
-    start, hist, before = _load_state(state, run, model, opt, g, avg) if state is not None and Path(state).exists() else (0, [], 0.)
+    start, hist, before, best = _load_state(state, run, model, opt, g, avg) if state is not None and Path(state).exists() else (0, [], 0., None)
     amp = torch.autocast('cuda', dtype=torch.bfloat16) if device == 'cuda' else torch.autocast('cpu', enabled=False)
     t0, step = time.time(), start - 1
     bar = tqdm(range(start, tc.steps), initial=start, total=tc.steps, desc=f'{preset}/{name}', disable=not progress, mininterval=2)
@@ -222,10 +225,13 @@ def train_model(preset:str|None=None, name:str='target', tc:TrainConfig|None=Non
                          'val_nats_per_byte': round(ev['nats_per_byte'], 4), **({'mtp_acc': round(ev['mtp_acc'], 4)} if 'mtp_acc' in ev else {})})
             if avg is not None:
                 with _swapped(model, avg), amp: hist[-1]['ema_val_nats_per_byte'] = round(evaluate(model, data, tc.seq_len, tc.eval_windows)['nats_per_byte'], 4)
-            if state is not None: _save_state(Path(state), run, model, opt, g, step + 1, hist, before + time.time() - t0, avg)
+            if tc.patience and (best is None or hist[-1]['val_nats_per_byte'] < best['val']):   # the best evaluation so far: its weights are the model if the run stops on validation
+                best = {'step': step + 1, 'val': hist[-1]['val_nats_per_byte'], 'weights': {k: v.detach().to('cpu', copy=True) for k, v in model.state_dict().items()}}
+            if state is not None: _save_state(Path(state), run, model, opt, g, step + 1, hist, before + time.time() - t0, avg, best)
+            if tc.patience and sum(h['step'] > best['step'] for h in hist) >= tc.patience: break   # early stop: `patience` evaluations without a better one
         if stop and step < tc.steps - 1:
             if state is not None:                      # a resumable run stops here and goes on later
-                _save_state(Path(state), run, model, opt, g, step + 1, hist, before + time.time() - t0, avg)
+                _save_state(Path(state), run, model, opt, g, step + 1, hist, before + time.time() - t0, avg, best)
                 return None, {'preset': preset, 'name': name, 'steps': step + 1, 'of': tc.steps, 'finished': False}
             break
     trained = None
@@ -234,7 +240,9 @@ def train_model(preset:str|None=None, name:str='target', tc:TrainConfig|None=Non
         with amp: trained = {k: round(v, 4) if isinstance(v, float) else v for k, v in evaluate(model, data, tc.seq_len).items()}
         with torch.no_grad():
             for n, p in model.named_parameters(): p.copy_(avg[n])
+    if best is not None and best['step'] != step + 1: model.load_state_dict(best['weights'])   # back to the best evaluation's weights
     rec = _record(model, data, tc, preset, name, step + 1, before + time.time() - t0, device, amp, hist)
+    if best is not None: rec['early_stop'] = {'patience': tc.patience, 'kept_step': best['step'], 'stopped_at': step + 1, 'of': tc.steps}
     if trained is not None: rec['val_trained_weights'] = trained
     if teacher is not None: rec['teacher'] = {'name': 'target', 'weights_sha256': run['teacher'], 'loss': 'KL(p_target || q) per token, no text term'}
     return model, rec
@@ -348,6 +356,7 @@ def train_cli(argv=None):
     p.add_argument('--ffn-dim', type=int, default=None, help="hidden size of the feed-forward blocks instead of the preset's")
     p.add_argument('--extra-text', default=None, choices=EXTRA_TEXTS, help="more training text: folio = the First Folio editions of the training plays (the validation plays stay unseen), kjv = the King James Bible")
     p.add_argument('--ema', type=float, default=None, metavar='DECAY', help="keep a moving average of the weights with this decay per step (e.g. 0.998), evaluated beside them and saved as the model (default: none)")
+    p.add_argument('--patience', type=int, default=None, metavar='EVALS', help="early stop: end once validation has not improved for EVALS evaluations and keep the best evaluation's weights (default: the preset's; article 4, others 0 = off)")
     p.add_argument('--mtp-weight', type=float, default=None, help="weight of the target's MTP loss (default: the preset's, 0.3)")
     p.add_argument('--mtp-distill', type=int, default=None, metavar='STEPS', help="with --name target: train the MTP module of the target in the output folder alone, STEPS steps, toward the target's own law (run it before distilling the _kd drafters: it changes the target's file)")
     p.add_argument('--out', default=None, help='output folder (default: the cache directory)')
@@ -369,8 +378,10 @@ def train_cli(argv=None):
         if a.ffn_dim is not None and not 16 <= a.ffn_dim <= 16384: raise SmallemError(f"--ffn-dim must be in 16..16384 (got {a.ffn_dim})")
         if a.dropout is not None and not 0 <= a.dropout < 1: raise SmallemError(f"--dropout must be in [0, 1) (got {a.dropout})")
         if a.ema is not None and not 0 < a.ema < 1: raise SmallemError(f"--ema must be in (0, 1) (got {a.ema})")
+        if a.patience is not None and a.patience < 0: raise SmallemError(f"--patience must be >= 0 evaluations (got {a.patience})")
         if a.mtp_weight is not None and not 0 <= a.mtp_weight < math.inf: raise SmallemError(f"--mtp-weight must be a finite number >= 0 (got {a.mtp_weight})")
-        over = {k: v for k, v in dict(steps=a.steps, dropout=a.dropout, mtp_weight=a.mtp_weight, extra_text=a.extra_text, ema=a.ema).items() if v is not None}
+        over = {k: v for k, v in dict(steps=a.steps, dropout=a.dropout, mtp_weight=a.mtp_weight, extra_text=a.extra_text, ema=a.ema, patience=a.patience).items() if v is not None}
+        if a.ema is not None and a.patience is None: over['patience'] = 0   # the moving average is the model: no early stop on the raw weights
         tc = replace(TRAIN_PRESETS[preset], **over)
         data = load_tokens(preset, tc.extra_text or None); th = tokenizer_hash(load_tokenizer(preset))
         out.mkdir(parents=True, exist_ok=True)
@@ -393,12 +404,13 @@ def train_cli(argv=None):
             if model is None:
                 print(f"{n}: stopped after step {rec['steps']} of {rec['of']}; the same command goes on from {st}", flush=True); continue
             cmd = (f"smallem_train --preset {preset} --name {n} --steps {tc.steps}" + (f" --minutes {a.minutes}" if a.minutes else "") + (f" --layers {a.layers}" if a.layers else "") + (f" --dim {a.dim}" if a.dim else "") + (f" --ffn-dim {a.ffn_dim}" if a.ffn_dim else "")
-                   + (f" --dropout {tc.dropout:g}" if a.dropout is not None else "") + (f" --mtp-weight {tc.mtp_weight:g}" if a.mtp_weight is not None else "") + (f" --extra-text {tc.extra_text}" if tc.extra_text else "") + (f" --ema {tc.ema:g}" if tc.ema else "")
+                   + (f" --dropout {tc.dropout:g}" if a.dropout is not None else "") + (f" --mtp-weight {tc.mtp_weight:g}" if a.mtp_weight is not None else "") + (f" --extra-text {tc.extra_text}" if tc.extra_text else "") + (f" --ema {tc.ema:g}" if tc.ema else "") + (f" --patience {tc.patience}" if a.patience is not None else "")
                    + (" --resume" if a.resume else "") + f" --out {a.out or out}")
             save_checkpoint(model, out, n, rec, th, getattr(torch, a.dtype), cmd)
             if st is not None and st.exists(): st.unlink()       # the run is finished: its checkpoint replaces its state
             v = rec['val']
             print(f"{n}: {rec['steps']} steps, {rec['train_seconds']/60:.1f} min, validation {v['nats_per_byte']:.4f} nats/byte"
-                  + (f", MTP top-1 {v['mtp_acc']:.3f}" if 'mtp_acc' in v else '') + f" -> {out/n}.safetensors", flush=True)
+                  + (f", MTP top-1 {v['mtp_acc']:.3f}" if 'mtp_acc' in v else '') + (f", the weights of step {rec['early_stop']['kept_step']} kept (early stop)" if rec.get('early_stop') else '')
+                  + f" -> {out/n}.safetensors", flush=True)
         if not (out/'tokenizer.json').exists(): load_tokenizer(preset).save(str(out/'tokenizer.json'))
     except SmallemError as e: _cli_error(p, str(e))

@@ -21,6 +21,23 @@ def test_resumed_run_equals_uninterrupted(tmp_path, dropout, ema):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run's"
     assert rec2['history'] == rec['history'] and rec2['val'] == rec['val'] and rec2['steps'] == 12
 
+def test_early_stop_resumes_with_its_best_weights(tmp_path):
+    "`patience`: a run that stops on validation returns its best evaluation's weights; interrupted after that evaluation and"
+    " resumed, it stops at the same step with the same weights (the best ones travel in the saved state), not the last ones."
+    from smallem_spec.corpus import load_tokens, TokenData
+    tiny = load_tokens('tiny'); n = 2_000   # 2,000 training tokens: learned by heart, so validation turns up within a few evaluations
+    few = TokenData(tiny.train[:n], tiny.val, round(tiny.train_bytes * n / len(tiny.train)), tiny.val_bytes, tiny.tok_hash)
+    tc = replace(TRAIN_PRESETS['tiny'], steps=400, eval_every=10, eval_windows=4, patience=3, lr=1e-2)
+    whole, rec = train_model('tiny', 'draft2', tc, progress=False, data=few)
+    es = rec['early_stop']
+    assert es['kept_step'] < es['stopped_at'] < tc.steps, es
+    st = tmp_path/'draft2.state.pt'
+    assert train_model('tiny', 'draft2', tc, progress=False, data=few, state=st, until=es['kept_step'] + 5)[0] is None
+    resumed, rec2 = train_model('tiny', 'draft2', tc, progress=False, data=few, state=st)
+    a, b = whole.state_dict(), resumed.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a), "the resumed run kept other weights"
+    assert rec2['early_stop'] == es and rec2['history'] == rec['history']
+
 def test_moving_average_of_the_weights(tmp_path):
     "`ema`: the saved model is the average of the weights after each step, as computed by hand from the run's own steps"
     " (each step saved by resuming one step at a time), with its decay's ramp; training itself is unchanged (the record"

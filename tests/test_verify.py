@@ -76,7 +76,7 @@ def test_end_to_end_power_one_row_at_a_time(fast, prompts, name):
     that the bug hardly acts. The rejection rate over seeds, at 8,000 generations and for every proposer, is measured in
     08a_exactness (`e2e_power`, nbs/bench/e2e_power.json)."""
     t = fast['target']; mk = lambda: make_proposer(name, t, fast)
-    p = max(prompts, key=lambda q: bias_shift(t, mk(), q))     # draft2: the first prompt; ngram: the 6th; draft2_kd: the 8th
+    p = max(prompts, key=lambda q: bias_shift(t, mk(), q))     # today's family: draft2 the 3rd prompt; ngram and draft2_kd the 6th (08a_exactness's table)
     r = e2e_test(t, mk, p, 4000, seed=7, chunk=1)
     assert r['stat'] < r['threshold'], f"{name}: chi2 {r['stat']:.1f} >= {r['threshold']:.1f} (false-failure rate at most 0.2%)"
     r = e2e_test(t, mk, p, 4000, seed=7, chunk=1, mode='biased')

@@ -5,7 +5,8 @@
 
 Cells that are skipped keep their stored outputs (a `#| slow` cell's come from a full run, as DESIGN.md says), the
 others are executed in order in one IPython shell (execnb, as `nbdev_test` does) and get fresh outputs. `--all` runs
-the slow cells too. The notebook is written only if no cell raised; the first error is printed with its cell's number.
+the slow cells too; `--slow=16,17` runs those slow cells (by index in the notebook, as the error messages count them)
+and skips the other slow ones (one notebook at a time). The notebook is written only if no cell raised; the first error is printed with its cell's number.
 Run `nbdev_clean` afterwards, as the test command checks that the notebooks are clean.
 """
 import os, re, sys, time
@@ -15,7 +16,7 @@ from execnb.shell import CaptureShell
 
 FLAGS = re.compile(r'^#\|\s*(slow|cuda|eval:\s*false)\b', re.M)
 
-def run(path: Path, run_slow: bool = False) -> bool:
+def run(path: Path, run_slow: bool | set = False) -> bool:
     path = path.resolve(); nb = read_nb(path); here = os.getcwd(); os.chdir(path.parent)   # cells read paths relative to nbs/, as nbdev_test runs them
     try: return _run(path, nb, run_slow)
     finally: os.chdir(here)
@@ -25,7 +26,7 @@ def _run(path, nb, run_slow) -> bool:
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != 'code': continue
         m = FLAGS.search(cell.source)
-        if m and not (run_slow and m.group(1) == 'slow'): continue
+        if m and not (m.group(1) == 'slow' and (run_slow is True or (isinstance(run_slow, set) and i in run_slow))): continue
         if 'nbdev_export()' in cell.source: continue          # the tail cell: export with nbdev_export, not while other notebooks are half-edited
         sh.cell(cell)
         if sh.exc:
@@ -36,5 +37,8 @@ def _run(path, nb, run_slow) -> bool:
 if __name__ == '__main__':
     args = [a for a in sys.argv[1:] if not a.startswith('--')]
     if not args: sys.exit(__doc__)
-    ok = all([run(Path(a), '--all' in sys.argv) for a in args])
+    some = [a.split('=', 1)[1] for a in sys.argv[1:] if a.startswith('--slow=')]
+    if some and len(args) != 1: sys.exit("--slow=... names cells of one notebook: give one notebook")
+    slow = {int(i) for i in some[0].split(',')} if some else '--all' in sys.argv
+    ok = all([run(Path(a), slow) for a in args])
     sys.exit(0 if ok else 1)
