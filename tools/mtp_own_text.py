@@ -1,7 +1,7 @@
 """An experiment for the family issue: distil the target's MTP module on a mix of the training text and the target's own
 text (continuations of training windows, greedy and at T = 1), and count first guesses kept before and after.
 
-    python tools/mtp_own_text.py [--dir runs/issue57_family] [--steps 1200] [--share 0.5] [--texts 768] [--sampled 3]
+    python tools/mtp_own_text.py [--dir models/cpu] [--steps 1200] [--share 0.5] [--texts 768] [--sampled 3]
                                  [--top1 0] [--blocks 1] [--threads 1] [--out mtp_own_text.pt]
 
 The module alone is trained, toward the target's own law of the token after next (the loss of `train.mtp_distill_losses`),
@@ -53,7 +53,7 @@ def more_blocks(model, n:int):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument('--dir', default='runs/issue57_family'); ap.add_argument('--steps', type=int, default=1200)
+    ap.add_argument('--dir', default='models/cpu'); ap.add_argument('--steps', type=int, default=1200)
     ap.add_argument('--share', type=float, default=0.5); ap.add_argument('--texts', type=int, default=768)
     ap.add_argument('--sampled', type=int, default=3); ap.add_argument('--threads', type=int, default=1)
     ap.add_argument('--top1', type=float, default=0.0); ap.add_argument('--blocks', type=int, default=1)
