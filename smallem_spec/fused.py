@@ -14,7 +14,8 @@ from .core import SmallemError, smallem_home
 # %% auto #0
 __all__ = ['KERNEL_SRC', 'INT8_KINDS', 'PASS_STAGES', 'cpu_kind', 'cpu_info', 'PassArgs', 'pack_panels', 'fp16_exact',
            'pack_panels_bf16', 'quantize_int8', 'pack_panels_int8', 'load_kernel', 'has_bf16', 'int8_kind',
-           'fused_fits', 'FusedPass', 'sample_logits', 'decide_sampled', 'product_times', 'stage_kernel', 'pass_stages']
+           'int8_levels', 'fused_fits', 'FusedPass', 'sample_logits', 'decide_sampled', 'product_times', 'stage_kernel',
+           'pass_stages']
 
 # %% ../nbs/12a_fused_cpu.ipynb #dbdc75f4
 _ZEN = {23: lambda m: 'zen2' if m >= 0x30 else 'zen1', 25: lambda m: 'zen4' if 0x10 <= m < 0x20 or 0x60 <= m < 0x80 or 0xa0 <= m < 0xb0 else 'zen3',
@@ -280,7 +281,8 @@ _SRC_GEMMQ = r'''
 /* int8 panels: panel [K/4][32][4] of int8 (column j's weights of rows 4p .. 4p + 3 side by side), then the 32 columns'
    fp32 scales, then 32 int32: 128 times each column's sum of its int8 weights; QP(K) bytes a panel. A column of W is
    scale * q, q in [-127, 127] (one scale per output channel); a row of x is quantized as the product starts, into this
-   thread's scratch bf_x: xs = max|x| / 127, xq = round(x / xs), nearest even. Sums of xq * q are int32 and exact, so
+   thread's scratch bf_x: xs = max|x| / L, xq = round(x / xs), nearest even, with L = QLEV levels each side (127; 63 on
+   plain AVX2, below). Sums of xq * q are int32 and exact, so
    no order of them can change a bit: a row's result never depends on how many rows share the pass. Then
    y = fma((float)sum * (xs * sc), scale, y or 0), an explicit fused multiply-add: left to the compiler (-ffp-contract=fast),
    the product and the addition were fused in some micro-kernels and not in others, one ulp apart. */
@@ -292,15 +294,25 @@ _SRC_GEMMQ = r'''
 #elif defined(__AVXVNNI__) && defined(__AVX2__)
 #define QKIND 2                                  /* the same on 32 bytes (AVX-VNNI) */
 #elif defined(__AVX2__)
-#define QKIND 1                                  /* vpmaddubsw, then vpmaddwd: 32 multiply-adds in three instructions */
+#define QKIND 1                                  /* vpmaddubsw, then vpmaddwd: 32 multiply-adds in two products and an addition */
 #else
 #define QKIND 0
 #endif
 #if QKIND >= 1
 #include <immintrin.h>
 #endif
-/* vpdpbusd multiplies unsigned bytes by signed ones: x goes in as xq + 128, and 128 * sum(q) comes off each column */
-#define QOFF (QKIND >= 2 ? 128 : 0)
+/* vpdpbusd multiplies unsigned bytes by signed ones: x goes in as xq + 128, and 128 * sum(q) comes off each column.
+   vpmaddubsw multiplies the same way but adds each pair of products in int16, where 2 * 255 * 127 does not fit. So on
+   plain AVX2 a row of x has 63 levels each side: it goes in as xq + 64 (1 to 127, and 2 * 127 * 127 fits), and
+   64 * sum(q) comes off. Eight bits there need the sign trick (|x| against w given x's sign): three more instructions
+   a row for every 64 multiply-adds, which made an extra int8 row dearer than an fp32 one on a Zen 3 (12a, eight bits).
+   SMALLEM_Q7 gives the portable build the same 63 levels (a test's emulation of the AVX2 product). */
+#define QOFF (QKIND >= 2 ? 128 : QKIND == 1 ? 64 : 0)
+#if QKIND == 1 || defined(SMALLEM_Q7)
+#define QLEV 63
+#else
+#define QLEV 127
+#endif
 
 /* each row's scale and bytes (K a multiple of 16); vector conversions round to nearest even, as nearbyintf does: the
    same bytes on every kind. Written out: gcc left the scalar loop unvectorized, and it cost more than the products' extra rows. */
@@ -318,8 +330,8 @@ static void quant_rows(int R, int K, const float *X, long ldx, const float *sc, 
 #else
     for (int k = 0; k < K; k++) { float v = fabsf(x[k]); m = v > m ? v : m; }
 #endif
-    const float inv = m > 0 ? 127.0f / m : 0.0f;
-    rs[r] = m / 127.0f * sc[r];
+    const float inv = m > 0 ? (float)QLEV / m : 0.0f;
+    rs[r] = m / (float)QLEV * sc[r];
 #if QKIND == 3
     const __m512 iv = _mm512_set1_ps(inv); const __m512i off = _mm512_set1_epi32(QOFF);
     for (int k = 0; k < K; k += 16)
@@ -366,13 +378,14 @@ static void gemmq_panel##RT(int K, const unsigned char *restrict X, long ldx, co
   } \
 }
 #elif QKIND >= 1
-/* AVX2: the panel's two halves of 16 columns in turn, two 8-lane sums a row, up to four rows */
-#define QRB 4
+/* AVX2: the panel's two halves of 16 columns in turn, two 8-lane sums a row, up to four rows (three with vpmaddubsw:
+   four took longer than three and then one on a Zen 3) */
+#define QRB (QKIND == 1 ? 3 : 4)
 #if QKIND == 2
 #define DOT4(a, x, w) _mm256_dpbusd_avx_epi32(a, x, w)
 #else
-static inline __m256i dot4(__m256i a, __m256i x, __m256i w) {   /* |x| (unsigned) times w with x's sign: pairs of products fit int16 (2 * 127 * 127) */
-  const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(x), _mm256_sign_epi8(w, x));
+static inline __m256i dot4(__m256i a, __m256i x, __m256i w) {   /* x + 64 (unsigned, at most 127) times w: pairs of products fit int16 */
+  const __m256i p = _mm256_maddubs_epi16(x, w);
   return _mm256_add_epi32(a, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 #define DOT4(a, x, w) dot4(a, x, w)
@@ -395,7 +408,7 @@ static void gemmq_panel##RT(int K, const unsigned char *restrict X, long ldx, co
     } \
     for (int r = 0; r < RT; r++) for (int v = 0; v < 2; v++) { \
       __m256i t = a[r][v]; \
-      if (QOFF) t = _mm256_sub_epi32(t, _mm256_loadu_si256((const __m256i *)(cs + h + 8 * v))); \
+      if (QOFF) t = _mm256_sub_epi32(t, _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)(cs + h + 8 * v)), QOFF == 64)); \
       const __m256 y0 = acc ? _mm256_loadu_ps(Y + r * ldy + h + 8 * v) : _mm256_setzero_ps(); \
       _mm256_storeu_ps(Y + r * ldy + h + 8 * v, _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(rs[r])), _mm256_loadu_ps(ws + h + 8 * v), y0)); \
     } \
@@ -455,6 +468,7 @@ int smallem_gemm_int8(int R, int K, int N, const float *X, const signed char *W,
   return 0;
 }
 int smallem_int8_kind(void) { return QKIND; }    /* 3 AVX-512 VNNI, 2 AVX-VNNI, 1 AVX2, 0 portable C */
+int smallem_int8_levels(void) { return QLEV; }   /* levels each side of a row of x: 127, or 63 */
 
 /* the cores' ceiling for int8 products, as smallem_peak's for fp32: 12 independent chains of this kind's dot product
    on registers; giga multiply-adds times two (GOP/s, comparable with GFLOP/s). An empty asm on each chain, to keep it
@@ -1183,6 +1197,11 @@ def int8_kind(lib=None) -> str:
     "Which int8 product the compiled kernel runs: 'AVX-512 VNNI', 'AVX-VNNI', 'AVX2' or 'portable C'."
     lib = lib or load_kernel(required=True)
     return INT8_KINDS[lib.smallem_int8_kind()]
+
+def int8_levels(lib=None) -> int:
+    "Levels each side of zero of a row of x in the compiled int8 product: 127 (eight bits), or 63 on plain AVX2 (seven bits, 12a)."
+    lib = lib or load_kernel(required=True)
+    return lib.smallem_int8_levels()
 
 
 # %% ../nbs/12a_fused_cpu.ipynb #3543faf9

@@ -1,12 +1,13 @@
 """What eight bits cost the family: nats/byte of each committed model on the whole validation split, fp32 and int8
 panels (`FastSmallem(precision='int8')`), and the MTP module's loss, top-1 accuracy and agreement with its own target.
-Counts, not timings: any machine. `python tools/int8_quality.py [--preset cpu] [--json nbs/bench/int8_quality_cpu.json]`"""
+Counts, not timings; the same on every machine whose int8 product has the same levels of x (127 with VNNI or portable C,
+63 on plain AVX2: `int8_levels`). `python tools/int8_quality.py [--preset cpu] [--json nbs/bench/int8_quality_cpu.json]`"""
 import argparse, json, time
 from tqdm.auto import tqdm
 import torch
 from smallem_spec.corpus import load_tokens
 from smallem_spec.fast import FastSmallem
-from smallem_spec.fused import cpu_info, int8_kind
+from smallem_spec.fused import cpu_info, int8_kind, int8_levels
 from smallem_spec.train import load_or_train, evaluate
 
 def main(argv=None):
@@ -25,7 +26,7 @@ def main(argv=None):
             print(f"{name:10s} fp32 {r['fp32']['nats_per_byte']:.4f}  int8 {r['int8']['nats_per_byte']:.4f}  (+{rows[name]['int8_minus_fp32_nats_per_byte']:.4f} nats/byte)"
                   + (f"; MTP top-1 {r['fp32']['mtp_acc']:.3f} -> {r['int8']['mtp_acc']:.3f}, agreement {r['fp32']['mtp_agree']:.3f} -> {r['int8']['mtp_agree']:.3f}" if 'mtp_acc' in r['fp32'] else ''))
     res = {'meta': {'command': 'python tools/int8_quality.py ' + ' '.join(argv if argv is not None else __import__('sys').argv[1:]), 'preset': a.preset,
-                    'cpu': cpu_info(), 'int8_product': int8_kind(), 'windows': rows[names[0]]['fp32']['windows'], 'seconds': round(time.time() - t0, 1)}, 'models': rows}
+                    'cpu': cpu_info(), 'int8_product': int8_kind(), 'x_levels': int8_levels(), 'windows': rows[names[0]]['fp32']['windows'], 'seconds': round(time.time() - t0, 1)}, 'models': rows}
     if a.json:
         with open(a.json, 'w') as f: json.dump(res, f, indent=1)
         print('wrote', a.json)
