@@ -567,15 +567,19 @@ _SRC_ATTN2 = r'''
 #define RG 4                                     /* rows of one sequence that attend together, at most */
 #define KC 64                                    /* keys a unit of attention reads: a row's keys in chunks of KC */
 #define PS(hd) ((hd) + 16)                       /* floats of a chunk's partial result: its largest score, its sum, its values */
+/* A pass over token-tree nodes (09a_trees): node d of a row's tree sits in slot tr0 + d (d < 64); a key before tr0 is
+   seen by every node, a key of the tree only by the nodes it is an ancestor of (or is): bit d of the row's mask anc */
+static inline int tree_sees(unsigned long long anc, long tr0, long key) { const long d = key - tr0; return d < 0 || (d < 64 && (anc >> d & 1)); }
 /* NR consecutive rows of one sequence, one head, the keys [j0, j0 + KC) of the page table tb (row r sees its first n[r]):
    each key and value read once for all NR rows. Scores 16 keys at a time (hsum16: lane t is key t's sum, whatever its
    neighbours); a score past a row's own keys is -inf and its weight exactly 0. For each row with keys in the chunk, into
    part (rows ldpart apart): the chunk's largest score, the sum of exp(score - largest), the weighted sum of values. kp: KC
    key pointers; p: NR rows of KC scores. */
 #if defined(__AVX512F__)
+static inline v16i tree_lanes16(unsigned long long anc, long tr0, long j) { v16i m; for (int t = 0; t < 16; t++) m[t] = -tree_sees(anc, tr0, j + t); return m; }
 #define ATTEND(NR, HD) \
 static void attend##NR##_##HD(const float *q, long ldq, const long *n, long j0, const float *kvl, const long *tb, int S, int D, \
-                              int off, int hd_, float scale, float *p, const float **kp, float *part, long ldpart) { \
+                              int off, int hd_, float scale, float *p, const float **kp, float *part, long ldpart, long tr0, const unsigned long long *anc) { \
   const int hd = HD ? HD : hd_;   /* a head size known when compiling: the loops over it unrolled, the sums kept in registers */ \
   long nmax = 0; for (int r = 0; r < NR; r++) if (n[r] > nmax) nmax = n[r]; \
   const long m = (nmax < j0 + KC ? nmax : j0 + KC) - j0, m16 = (m + 15) & ~15L; \
@@ -595,7 +599,7 @@ static void attend##NR##_##HD(const float *q, long ldq, const long *n, long j0, 
       for (int r = 0; r < NR; r++) { v16 s = {0}; for (int i = 0; i < hd; i += 16) s += ld(q + r * ldq + i) * ld(k + i); a[r][t] = s; } \
     } \
     for (int r = 0; r < NR; r++) { \
-      v16 v = hsum16(a[r]) * scale; v16i ok = (lane + (int)(j0 + j)) < (int)n[r]; \
+      v16 v = hsum16(a[r]) * scale; v16i ok = (lane + (int)(j0 + j)) < (int)n[r]; if (anc) ok &= tree_lanes16(anc[r], tr0, j0 + j); \
       v = (v16)((ok & (v16i)v) | (~ok & (v16i)ninf)); st(p + r * KC + j, v); \
       v16i gt = v > mx[r]; mx[r] = (v16)((gt & (v16i)v) | (~gt & (v16i)mx[r])); \
     } \
@@ -604,7 +608,7 @@ static void attend##NR##_##HD(const float *q, long ldq, const long *n, long j0, 
     float mr = mx[r][0]; for (int t = 1; t < 16; t++) if (mx[r][t] > mr) mr = mx[r][t]; \
     v16 sum = {0}; float *pr = p + r * KC; \
     for (long j = 0; j < m16; j += 16) { \
-      v16i ok = (lane + (int)(j0 + j)) < (int)n[r]; v16 e = (v16)((v16i)vexp(ld(pr + j) - mr) & ok); st(pr + j, e); sum += e; \
+      v16i ok = (lane + (int)(j0 + j)) < (int)n[r]; if (anc) ok &= tree_lanes16(anc[r], tr0, j0 + j); v16 e = (v16)((v16i)vexp(ld(pr + j) - mr) & ok); st(pr + j, e); sum += e; \
     } \
     part[r * ldpart] = mr; part[r * ldpart + 1] = hsum(sum); \
   } \
@@ -626,9 +630,10 @@ static inline v8 hsum8(const v8 *s) {
   for (int t = 0; t < 2; t++) d[t] = SH(c[2 * t], c[2 * t + 1], 0, 1, 8, 9, 4, 5, 12, 13) + SH(c[2 * t], c[2 * t + 1], 2, 3, 10, 11, 6, 7, 14, 15);
   return SH(d[0], d[1], 0, 4, 2, 6, 8, 12, 10, 14) + SH(d[0], d[1], 1, 5, 3, 7, 9, 13, 11, 15);
 }
+static inline v8i tree_lanes8(unsigned long long anc, long tr0, long j) { v8i m; for (int t = 0; t < 8; t++) m[t] = -tree_sees(anc, tr0, j + t); return m; }
 #define ATTEND(NR, HD) \
 static void attend##NR##_##HD(const float *q, long ldq, const long *n, long j0, const float *kvl, const long *tb, int S, int D, \
-                              int off, int hd_, float scale, float *p, const float **kp, float *part, long ldpart) { \
+                              int off, int hd_, float scale, float *p, const float **kp, float *part, long ldpart, long tr0, const unsigned long long *anc) { \
   const int hd = HD ? HD : hd_; \
   long nmax = 0; for (int r = 0; r < NR; r++) if (n[r] > nmax) nmax = n[r]; \
   const long m = (nmax < j0 + KC ? nmax : j0 + KC) - j0, m8 = (m + 7) & ~7L; \
@@ -644,14 +649,14 @@ static void attend##NR##_##HD(const float *q, long ldq, const long *n, long j0, 
     for (long j = 0; j < m8; j += 8) { \
       v8 a[8]; \
       for (int t = 0; t < 8; t++) { const float *k = kp[j + t]; v8 s = {0}; for (int i = 0; i < hd; i += 8) s += ld8(qr + i) * ld8(k + i); a[t] = s; } \
-      v8 v = hsum8(a) * scale; v8i ok = (lane + (int)(j0 + j)) < (int)n[r]; \
+      v8 v = hsum8(a) * scale; v8i ok = (lane + (int)(j0 + j)) < (int)n[r]; if (anc) ok &= tree_lanes8(anc[r], tr0, j0 + j); \
       v = (v8)((ok & (v8i)v) | (~ok & (v8i)ninf)); st8(pr + j, v); \
       v8i gt = v > mx; mx = (v8)((gt & (v8i)v) | (~gt & (v8i)mx)); \
     } \
     float mr = mx[0]; for (int t = 1; t < 8; t++) if (mx[t] > mr) mr = mx[t]; \
     v8 sum = {0}; \
     for (long j = 0; j < m8; j += 8) { \
-      v8i ok = (lane + (int)(j0 + j)) < (int)n[r]; v8 e = (v8)((v8i)vexp8(ld8(pr + j) - mr) & ok); st8(pr + j, e); sum += e; \
+      v8i ok = (lane + (int)(j0 + j)) < (int)n[r]; if (anc) ok &= tree_lanes8(anc[r], tr0, j0 + j); v8 e = (v8)((v8i)vexp8(ld8(pr + j) - mr) & ok); st8(pr + j, e); sum += e; \
     } \
     float ts = 0; for (int t = 0; t < 8; t++) ts += sum[t]; \
     part[r * ldpart] = mr; part[r * ldpart + 1] = ts; \
@@ -788,6 +793,9 @@ typedef struct {
   const float *const *G;                           /* NULL (gains folded), or the gains of fp16 blocks: 2 per layer, then the MTP's h and e */
   int f16;                                         /* which panels are fp16: 1 the blocks (and the MTP's Ph, Pe), 2 the head;
                                                       bf16 pairs: 4 the blocks, 8 the head; int8: 16, 32 */
+  const long *tdepth, *tbase;                      /* NULL, or a pass over token-tree nodes: each row's depth [R], each
+                                                      sequence's root slot [B]; a row's position is tbase + tdepth */
+  const unsigned long long *tanc;                  /* the rows' ancestor masks [R] over their tree's nodes (tree_sees) */
 } pass_args;
 
 /* A build that clocks a pass stage by stage (compiled with SMALLEM_STAGES, `stage_kernel`; the library's own build
@@ -847,7 +855,7 @@ _SRC_PASS2 = r'''    }
       mm(R, D, 3 * D, gained(R, D, x, G ? G[2 * l] : 0, xg), D, W[0], qkv, 3 * D, iv, 0); STAGE(1);
       #pragma omp for schedule(static)
       for (int r = 0; r < R; r++) {              /* RoPE on q and k (each pair side by side), then K and V into the cache */
-        int b = r / T, t = r % T; long pos = a->starts[b] + t; if (pos > a->maxpos) pos = a->maxpos;
+        int b = r / T, t = r % T; long pos = a->tdepth ? a->tbase[b] + a->tdepth[r] : a->starts[b] + t; if (pos > a->maxpos) pos = a->maxpos;
         float *q = qkv + (long)r * 3 * D; const float *c = a->cs + pos * half, *s = a->sn + pos * half;
         for (int m = 0; m < 2 * H; m++) for (int i = 0; i < half; i++) {
           float x0 = q[m * hd + 2 * i], x1 = q[m * hd + 2 * i + 1];
@@ -868,10 +876,10 @@ _SRC_PASS2 = r'''    }
         if ((long)c * KC >= seen) continue;      /* no row of the group sees these keys */
         const float *qq = qkv + (long)(b * T + t0) * 3 * D + h * hd; const long *tb = a->pt + b * a->P;
         float *pp = part + (((long)(b * T + t0) * H + h) * NC + c) * PS(hd);
-        void (*f)(const float *, long, const long *, long, const float *, const long *, int, int, int, int, float, float *, const float **, float *, long) =
+        void (*f)(const float *, long, const long *, long, const float *, const long *, int, int, int, int, float, float *, const float **, float *, long, long, const unsigned long long *) =
           hd == 64 ? (nr == 1 ? attend1_64 : nr == 2 ? attend2_64 : nr == 3 ? attend3_64 : attend4_64)
                    : (nr == 1 ? attend1_0 : nr == 2 ? attend2_0 : nr == 3 ? attend3_0 : attend4_0);
-        f(qq, 3 * D, nk, (long)c * KC, kvl, tb, S, D, h * hd, hd, scale, p, kp, pp, (long)H * NC * PS(hd));
+        f(qq, 3 * D, nk, (long)c * KC, kvl, tb, S, D, h * hd, hd, scale, p, kp, pp, (long)H * NC * PS(hd), a->tanc ? a->tbase[b] : 0, a->tanc ? a->tanc + b * T + t0 : 0);
       }
       STAGE(3);
       #pragma omp for schedule(static)
@@ -1090,7 +1098,8 @@ class PassArgs(ctypes.Structure):
     "The arguments of `smallem_pass` (the C struct `pass_args`)."
     _fields_ = ([(n, ctypes.c_int) for n in 'R B T D H hd F V Vh nl S P maxpos nthreads'.split()] + [('eps', ctypes.c_float)]
                 + [(n, ctypes.c_void_p) for n in 'tokens emb h_in Ph Pe W head vmap kv'.split()] + [('slots', ctypes.c_long)]
-                + [(n, ctypes.c_void_p) for n in 'pt starts nnew cs sn x logits work best hrows'.split()] + [('nh', ctypes.c_long), ('hscale', ctypes.c_void_p), ('G', ctypes.c_void_p), ('f16', ctypes.c_int)])
+                + [(n, ctypes.c_void_p) for n in 'pt starts nnew cs sn x logits work best hrows'.split()] + [('nh', ctypes.c_long), ('hscale', ctypes.c_void_p), ('G', ctypes.c_void_p), ('f16', ctypes.c_int)]
+                + [(n, ctypes.c_void_p) for n in 'tdepth tbase tanc'.split()])
 
 def pack_panels(wT:torch.Tensor, half:bool=False) -> torch.Tensor:
     "[K, N] -> [N/32, K, 32]: each panel of 32 columns contiguous, read start to end by the kernel (fp16 panels with `half`)."
@@ -1286,8 +1295,8 @@ class FusedPass:
 
 # %% ../nbs/12a_fused_cpu.ipynb #1220b106
 @patch
-def _args(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, h=None):
-    "The `pass_args` of one pass over `tokens` [B, T] appended at `starts`, checked, and what they point into (kept alive by the caller): (args, ints, out, tokens, h)."
+def _args(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, h=None, tree=None):
+    "The `pass_args` of one pass over `tokens` [B, T] appended at `starts`, checked, and what they point into (kept alive by the caller): (args, ints, out, tokens, h). `tree`: (root slots [B], depths [B, T], ancestor masks [B * T] as integers) for a pass over token-tree nodes."
     c, R = self.cfg, B * T
     a = self.main['args'] if h is None else self.mtp['args']
     kv = cache.kv   # the kernel trusts these shapes: check them
@@ -1297,6 +1306,9 @@ def _args(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, h=None):
         raise SmallemError(f"tokens {tuple(tokens.shape)} / hidden {None if h is None else tuple(h.shape)} do not match [{B}, {T}]")
     P = max(1, max(len(cache.pages[s]) for s in sids))
     vals = [x for s in sids for x in cache.pages[s] + [0] * (P - len(cache.pages[s]))] + list(starts) + list(n_new)
+    if tree is not None:   # the masks as signed 64-bit integers (given signed or not), as a C long holds them
+        base, depth, anc = tree
+        vals += list(base) + [int(d) for d in depth.reshape(-1).tolist()] + [(int(m) + (1 << 63)) % (1 << 64) - (1 << 63) for m in anc]
     ints = (ctypes.c_long * len(vals))(*vals)      # a ctypes array: cheaper than a tensor for a few integers
     nth = torch.get_num_threads()
     top = max(c.max_seq_len, getattr(cache, 'max_len', 0))   # the longest a sequence of this cache can be (a proposer's runs past the model's context)
@@ -1309,6 +1321,8 @@ def _args(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, h=None):
     a.R, a.B, a.T, a.S, a.P, a.nthreads = R, B, T, cache.page_size, P, nth
     a.tokens, a.kv, a.slots = tok.data_ptr(), cache.kv.data_ptr(), cache.kv.shape[1]
     p0, sz = ctypes.addressof(ints), ctypes.sizeof(ctypes.c_long); a.pt, a.starts, a.nnew = p0, p0 + sz * B * P, p0 + sz * (B * P + B)
+    if tree is None: a.tbase = a.tdepth = a.tanc = None   # the struct is the model's own: a tree pass's fields must not outlive it
+    else: a.tbase = p0 + sz * (B * P + 2 * B); a.tdepth = a.tbase + sz * B; a.tanc = a.tdepth + sz * B * T
     p0 = out.data_ptr(); a.x, a.logits, a.best, a.work = p0, p0 + 4 * R * D, p0 + 4 * R * (D + V), self.work.data_ptr()
     if h is not None:
         if not (h.is_contiguous() and h.dtype == torch.float32): h = h.float().contiguous()
@@ -1317,9 +1331,9 @@ def _args(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, h=None):
 
 @patch
 def __call__(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, h=None, chain:list[int]|None=None, temperature:float=0.0,
-             generator=None, vocab:torch.Tensor|None=None, uniforms:torch.Tensor|None=None, states:bool=False, clock:torch.Tensor|None=None):
-    "One pass over `tokens` [B, T] appended at `starts` (the cache already holds their pages); returns logits, hidden. With `chain` (steps per row), the tokens [B, max(chain)] of a chain of passes (`smallem_chain`) and, when sampling, the probabilities they were drawn from [B, max(chain), V]; `vocab` restricts a chain's guesses to a draft vocabulary; `uniforms` [B, max(chain)] float64, the draws' uniforms where the caller has drawn them (else drawn here from `generator`, row by row); `states`: the hidden state of each of the chain's passes too [B, max(chain), D]; `clock` [max(chain)] float64 receives the seconds from the chain's start to the end of each pass."
-    a, ints, out, tok, h = self._args(cache, sids, starts, n_new, tokens, B, T, h)
+             generator=None, vocab:torch.Tensor|None=None, uniforms:torch.Tensor|None=None, states:bool=False, clock:torch.Tensor|None=None, tree=None):
+    "One pass over `tokens` [B, T] appended at `starts` (the cache already holds their pages); returns logits, hidden. With `chain` (steps per row), the tokens [B, max(chain)] of a chain of passes (`smallem_chain`) and, when sampling, the probabilities they were drawn from [B, max(chain), V]; `vocab` restricts a chain's guesses to a draft vocabulary; `uniforms` [B, max(chain)] float64, the draws' uniforms where the caller has drawn them (else drawn here from `generator`, row by row); `states`: the hidden state of each of the chain's passes too [B, max(chain), D]; `clock` [max(chain)] float64 receives the seconds from the chain's start to the end of each pass. `tree`: a pass over token-tree nodes (`_args`; 09a_trees), no chain."
+    a, ints, out, tok, h = self._args(cache, sids, starts, n_new, tokens, B, T, h, tree)
     R, D, V = B * T, self.cfg.dim, self.cfg.vocab_size
     if chain is not None: return self._chain(a, B, chain, temperature, generator, vocab, h is not None, uniforms, states, clock)
     if self.lib.smallem_pass(ctypes.byref(a)): _bad_token(V)

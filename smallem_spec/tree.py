@@ -16,9 +16,10 @@ from .mtp import parse_proposer
 from .corpus import draft_vocab
 
 # %% auto #0
-__all__ = ['Tree', 'roomy_cache', 'tree_plan', 'target_tree_pass', 'mtp_tree_pass', 'keep_path', 'TreeShape', 'parse_shape',
-           'TreeProposer', 'TreeDrafter', 'TreeMTP', 'make_tree_proposer', 'build_tree', 'greedy_walk', 'sampled_walk',
-           'sibling_rule', 'TreeStats', 'tree_generate', 'tree_tokens', 'v_curve', 'tree_cost', 'best_tree']
+__all__ = ['Tree', 'roomy_cache', 'tree_plan', 'fused_tree_pass', 'target_tree_pass', 'mtp_tree_pass', 'keep_path', 'TreeShape',
+           'parse_shape', 'TreeProposer', 'TreeDrafter', 'TreeMTP', 'make_tree_proposer', 'build_tree', 'greedy_walk',
+           'sampled_walk', 'sibling_rule', 'TreeStats', 'tree_generate', 'tree_tokens', 'v_curve', 'tree_cost',
+           'best_tree']
 
 # %% ../nbs/09a_trees.ipynb #tr000008
 @dataclass
@@ -63,8 +64,25 @@ def tree_plan(cache, sids:list, off:torch.Tensor, first:int, depth:torch.Tensor,
     return plan
 
 # %% ../nbs/09a_trees.ipynb #tr000014
+def fused_tree_pass(fast, tokens:torch.Tensor, cache, sids, off, first:int, depth, anc, h=None):
+    "The same pass on the fused CPU kernel (`12a_fused_cpu`): node j of row b in slot off[b] + j at position off[b] + its depth, its keys masked by a 64-bit integer of its ancestors among the tree's nodes (so at most 64 of them); with `h`, the MTP module's pass."
+    B, m = tokens.shape; seen = first + m
+    if seen > 64: raise SmallemError(f"a tree on the fused kernel holds at most 64 nodes (got {seen})")
+    if any(cache.length(s) != int(o) + first for s, o in zip(sids, off)): raise SmallemError("tree nodes must be appended in order, right after position off + first - 1")
+    masks = (anc[:, first:seen, :seen].long() << torch.arange(seen)).sum(-1).reshape(-1).tolist()   # bit i: node i is seen
+    starts = [int(o) + first for o in off]; cache.append(sids, [m] * B)
+    return fast._fused(cache, sids, starts, [m] * B, tokens.contiguous(), B, m, h,
+                       tree=([int(o) for o in off], depth[:, first:seen].contiguous(), masks))
+
+def _tree_model(model):   # 'fused' or 'reference': where a tree pass of this model runs
+    if getattr(model, 'fused', None) is not None: return 'fused'
+    if isinstance(model, Smallem): return 'reference'
+    raise SmallemError(f"tree passes run on the reference model (a Smallem) or the fused CPU kernel, not on {type(model).__name__} with kernel "
+                       f"{getattr(model, 'kernel', '?')!r}: the scripted and GPU paths take a causal mask only")
+
 def target_tree_pass(model, tokens:torch.Tensor, cache, sids, off, first:int, depth, anc):   # tokens [B, m] -> logits [B, m, V], hidden [B, m, D]
-    "A model (a `Smallem`) reads new tree nodes through its cache: the layers of `forward` on a tree's plan."
+    "A model reads new tree nodes through its cache: on the reference model, the layers of `forward` on a tree's plan; on the fused kernel, `fused_tree_pass`."
+    if _tree_model(model) == 'fused': return fused_tree_pass(model, tokens, cache, sids, off, first, depth, anc)
     plan = tree_plan(cache, sids, off, first, depth, anc)
     cos, sin = model.cos[plan.pos], model.sin[plan.pos]
     x = model.tok_emb(tokens)
@@ -73,6 +91,7 @@ def target_tree_pass(model, tokens:torch.Tensor, cache, sids, off, first:int, de
 
 def mtp_tree_pass(target, h:torch.Tensor, tokens:torch.Tensor, cache, sids, off, first:int, depth, anc):   # h [B, m, D], tokens [B, m]
     "The MTP module reads new tree nodes: each node's input is its parent's module state and its own token (as a chain feeds back its state); logits [B, m, V] of each node's children and the nodes' states [B, m, D]."
+    if _tree_model(target) == 'fused': return fused_tree_pass(target, tokens, cache, sids, off, first, depth, anc, h=h)
     plan = tree_plan(cache, sids, off, first, depth, anc)
     cos, sin, m = target.cos[plan.pos], target.sin[plan.pos], target.mtp
     x = m.proj(torch.cat([m.norm_h(h), m.norm_e(target.tok_emb(tokens))], -1))
@@ -304,7 +323,8 @@ def tree_generate(target, proposer:TreeProposer, prompts:list[list[int]], max_ne
     prompts = check_prompts(prompts, target.cfg.vocab_size, target.cfg.max_seq_len)
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1: raise SmallemError(f"max_new_tokens must be an integer >= 1 (got {max_new_tokens!r})")
     if not isinstance(proposer, TreeProposer): raise SmallemError(f"trees grow from a TreeProposer (TreeDrafter, TreeMTP), not {type(proposer).__name__}")
-    if not isinstance(target, Smallem): raise SmallemError(f"tree rounds run on the reference model (a Smallem), not {type(target).__name__}: the fast path's kernels take a causal mask only")
+    _tree_model(target)   # the reference model or the fused kernel
+    if shape.size + 1 > 64 and _tree_model(target) == 'fused': raise SmallemError(f"a tree on the fused kernel holds at most 64 nodes ({shape} has {shape.size + 1})")
     cap = [len(p) + max_new_tokens for p in prompts]
     if max(cap) + shape.max_depth > target.cfg.max_seq_len:
         raise SmallemError(f"{max(len(p) for p in prompts)} prompt tokens, {max_new_tokens} new ones and a tree {shape.max_depth} deep reach position {max(cap) + shape.max_depth}; the context holds {target.cfg.max_seq_len}")

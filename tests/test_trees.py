@@ -1,13 +1,19 @@
 """Token trees (`09a_trees`) on the reference path: every node's logits against a plain pass over its path, for rows of
 different lengths; the kept path's keys and values against a fresh pass; greedy text identical to the target alone for
-each base proposer (mtp, draft2, draft4), static and dynamic trees, batch 1 and 8, 8 prompts x 200 tokens; the sampled law end to end by
-chi-squared with the subtle planted bug rejected; one-line errors."""
+each base proposer (mtp, draft2, draft4), static and dynamic trees, batch 1 and 4, 4 prompts x 100 tokens; the sampled law end to end by
+chi-squared with the subtle planted bug rejected; one-line errors. On the fused CPU kernel: tree passes (target, drafter,
+MTP module) against the reference's, a causal mask in their place rejected; greedy identity for every base proposer
+(mtp, draft2, draft4, draft2_kd, draft4_kd), 8 prompts x 200 tokens at batch 1 and 8."""
 import pytest, torch
 from smallem_spec.core import SmallemError
 from smallem_spec.generate import generate
 from smallem_spec.exactness import law_test
-from smallem_spec.tree import (Tree, TreeMTP, roomy_cache, target_tree_pass, keep_path, tree_generate,
+from smallem_spec.tree import (Tree, TreeMTP, roomy_cache, target_tree_pass, mtp_tree_pass, fused_tree_pass, keep_path, tree_generate,
                                make_tree_proposer, parse_shape)
+from smallem_spec.fused import load_kernel
+from smallem_spec.fast import FastSmallem
+
+_fused = pytest.mark.skipif(load_kernel() is None, reason="no C compiler: the fused kernel cannot be built here")
 
 def _random_trees(B, n, V, g):
     par = [[-1] + [int(torch.randint(0, j, (1,), generator=g)) for j in range(1, n)] for _ in range(B)]
@@ -51,13 +57,14 @@ def test_keep_path_against_fresh(cpu_models):
 
 @pytest.mark.parametrize('name,shape', [('mtp', '3x2x1'), ('draft2', 'n12w3t3d4'), ('draft4', '2x2x1')])
 def test_greedy_identity(cpu_models, prompts, name, shape):
-    "Greedy text with trees equals the target alone's, 8 prompts x 200 tokens, at batch 1 and batch 8."
-    t = cpu_models['target']
-    plain = generate(t, prompts, 200)
-    one = [tree_generate(t, make_tree_proposer(name, t, cpu_models), [p], 200, shape)[0][0] for p in prompts]
+    "On the reference path, greedy text with trees equals the target alone's, 4 prompts x 100 tokens, at batch 1 and batch 4"
+    " (8 x 200 at batch 1 and 8, for every base proposer, on the fused kernel below: the same walk, five times faster)."
+    t, prompts = cpu_models['target'], prompts[:4]
+    plain = generate(t, prompts, 100)
+    one = [tree_generate(t, make_tree_proposer(name, t, cpu_models), [p], 100, shape)[0][0] for p in prompts]
     assert one == plain, f"{name} {shape}: greedy text at batch 1 differs from the target alone"
-    eight, st = tree_generate(t, make_tree_proposer(name, t, cpu_models), prompts, 200, shape)
-    assert eight == plain, f"{name} {shape}: greedy text at batch 8 differs from the target alone"
+    eight, st = tree_generate(t, make_tree_proposer(name, t, cpu_models), prompts, 100, shape)
+    assert eight == plain, f"{name} {shape}: greedy text at batch 4 differs from the target alone"
     assert st.tokens_per_round > 1.5, f"{name} {shape}: {st.tokens_per_round:.2f} tokens a round: the trees keep almost nothing"
 
 def _e2e(t, prompt, rule, N=4000, seed=1000):
@@ -89,3 +96,59 @@ def test_errors(cpu_models, prompts):
     with pytest.raises(SmallemError, match="no MTP module"): TreeMTP(cpu_models['draft2'])
     with pytest.raises(SmallemError, match="max_new_tokens"): tree_generate(t, TreeMTP(t), prompts[:1], 0, '2')
     assert parse_shape('4x2x1').size == 20
+
+@pytest.fixture(scope='module')
+def fast_models(cpu_models):
+    "The family on the fused kernel, fp32 panels (the trained weights' own arithmetic, so a pass is within float rounding of the reference)."
+    return {n: FastSmallem(m, precision='fp32') for n, m in cpu_models.items()}
+
+@_fused
+@pytest.mark.parametrize('name', ['target', 'draft2', 'mtp'])
+def test_fused_tree_pass_against_reference(cpu_models, fast_models, name):
+    "Two rows of different lengths, random trees of 40 nodes grown in two passes (the second across a 64-key chunk): the fused"
+    " kernel's logits within 1e-4 of the reference tree pass (same argmax), for a model and the MTP module; the same nodes"
+    " with a causal mask (every earlier node seen) land far from it: the ancestor masks are what the kernel applies."
+    g, lens, n, cut = torch.Generator().manual_seed(7), [50, 97], 40, 9
+    key = 'target' if name == 'mtp' else name
+    ref_m, fast_m = cpu_models[key], fast_models[key]
+    V, D = ref_m.cfg.vocab_size, ref_m.cfg.dim
+    texts = torch.randint(0, V, (2, max(lens)), generator=g); tree = _random_trees(2, n, V, g); part = Tree(tree.tokens[:, :cut], tree.parents[:, :cut])
+    hs = torch.randn(2, max(lens), D, generator=g); h_nodes = torch.randn(2, n, D, generator=g)
+    off = torch.tensor(lens)
+    def run(m, anc_full=None):
+        cache = roomy_cache(m, lens, n, mtp=name == 'mtp'); sids = [cache.new_seq() for _ in lens]
+        with torch.inference_mode():
+            if name == 'mtp':
+                m.mtp_forward(hs, texts, cache, sids, n_new=lens)
+                a = mtp_tree_pass(m, h_nodes[:, :cut], part.tokens, cache, sids, off, 0, part.depth, part.anc)[0].clone()
+                if anc_full is not None: b = fused_tree_pass(m, tree.tokens[:, cut:], cache, sids, off, cut, tree.depth, anc_full, h=h_nodes[:, cut:])[0]
+                else: b = mtp_tree_pass(m, h_nodes[:, cut:], tree.tokens[:, cut:], cache, sids, off, cut, tree.depth, tree.anc)[0]
+            else:
+                m(texts, cache, sids, n_new=lens)
+                a = target_tree_pass(m, part.tokens, cache, sids, off, 0, part.depth, part.anc)[0].clone()
+                if anc_full is not None: b = fused_tree_pass(m, tree.tokens[:, cut:], cache, sids, off, cut, tree.depth, anc_full)[0]
+                else: b = target_tree_pass(m, tree.tokens[:, cut:], cache, sids, off, cut, tree.depth, tree.anc)[0]
+            return torch.cat([a, b.clone()], 1)
+    ref, fused = run(ref_m), run(fast_m)
+    gap = (ref - fused).abs().max().item()
+    assert gap < 1e-4 and torch.equal(ref.argmax(-1), fused.argmax(-1)), f"{name}: the fused tree pass is {gap:.2e} from the reference's"
+    causal = run(fast_m, torch.ones(2, n, n, dtype=torch.bool).tril())
+    assert (causal[:, cut:] - ref[:, cut:]).abs().max() > 0.1, f"{name}: a causal mask gave the tree's logits: the masks are not applied"
+
+@_fused
+@pytest.mark.parametrize('name,shape', [('mtp', '3x2x1'), ('draft2', 'n12w3t3d4'), ('draft4', '2x2x1'), ('draft2_kd', '2x1'), ('draft4_kd', '3x1')])
+def test_fused_greedy_identity(fast_models, prompts, name, shape):
+    "On the fused kernel (target and drafters), greedy text with trees equals the target alone's, 8 prompts x 200 tokens, at batch 1 and batch 8."
+    t = fast_models['target']
+    plain = generate(t, prompts, 200)
+    one = [tree_generate(t, make_tree_proposer(name, t, fast_models), [p], 200, shape)[0][0] for p in prompts]
+    assert one == plain, f"{name} {shape}: greedy text at batch 1 differs from the target alone (fused)"
+    eight, st = tree_generate(t, make_tree_proposer(name, t, fast_models), prompts, 200, shape)
+    assert eight == plain, f"{name} {shape}: greedy text at batch 8 differs from the target alone (fused)"
+    assert st.tokens_per_round > 1.5, f"{name} {shape}: {st.tokens_per_round:.2f} tokens a round"
+
+@_fused
+def test_fused_tree_errors(cpu_models, fast_models, prompts):
+    t = fast_models['target']
+    with pytest.raises(SmallemError, match="at most 64 nodes"): tree_generate(t, TreeMTP(t), prompts[:1], 8, '8x8')
+    with pytest.raises(SmallemError, match="causal mask only"): tree_generate(FastSmallem(cpu_models['target'], kernel='script'), TreeMTP(t), prompts[:1], 8, '2')
