@@ -1336,7 +1336,9 @@ def __call__(self:FusedPass, cache, sids, starts, n_new, tokens, B, T, h=None, c
     a, ints, out, tok, h = self._args(cache, sids, starts, n_new, tokens, B, T, h, tree)
     R, D, V = B * T, self.cfg.dim, self.cfg.vocab_size
     if chain is not None: return self._chain(a, B, chain, temperature, generator, vocab, h is not None, uniforms, states, clock)
-    if self.lib.smallem_pass(ctypes.byref(a)): _bad_token(V)
+    bad = self.lib.smallem_pass(ctypes.byref(a))
+    if tree is not None: a.tbase = a.tdepth = a.tanc = None   # the model's struct outlives the tree's integers
+    if bad: _bad_token(V)
     logits = out[R * D:R * (D + V)].view(B, T, V)
     logits.rows_argmax = out[R * (D + V):].view(torch.int64).view(B, T)   # `generate.argmax` uses it
     return logits, out[:R * D].view(B, T, D)
@@ -1410,6 +1412,7 @@ def spec_round(self:FusedPass, cache, sids, pcache, psids, starts:list[int], pst
             a.B, a.S, a.P, a.nthreads = B, S, P, nth
             a.pt, a.starts, a.x, a.logits, a.best, a.work = at(pt), at(st), x, lg, best, work.data_ptr()
         t.nnew = at(i_tst + B)
+        for x in (t, m): x.tdepth = x.tbase = x.tanc = None   # causal rounds, whatever pass the model ran last
         self._rounds[key] = (work, fl, lo, ints, t, m, at(i_ints), at(i_ints + 4 * B), i_ints + 4 * B, (ctypes.c_double * 3)(), owner)   # owner: its weights outlive the copies
     _, _, _, ints, t, m, p_ints, p_io, i_io, secs, _ = self._rounds[key]
     pad = lambda pages, P: pages + [0] * (P - len(pages))

@@ -152,3 +152,16 @@ def test_fused_tree_errors(cpu_models, fast_models, prompts):
     t = fast_models['target']
     with pytest.raises(SmallemError, match="at most 64 nodes"): tree_generate(t, TreeMTP(t), prompts[:1], 8, '8x8')
     with pytest.raises(SmallemError, match="causal mask only"): tree_generate(FastSmallem(cpu_models['target'], kernel='script'), TreeMTP(t), prompts[:1], 8, '2')
+
+@_fused
+def test_fused_chain_after_tree(cpu_models, prompts):
+    "A tree pass leaves nothing behind in the model's pass arguments (target and MTP module), and chains right after trees keep greedy identity."
+    from smallem_spec.spec import speculative_generate
+    from smallem_spec.mtp import MTPProposer
+    t = FastSmallem(cpu_models['target'], precision='fp32'); ps = prompts[:3]
+    plain = generate(t, ps, 40)
+    assert tree_generate(t, TreeMTP(t), ps, 40, '2x1')[0] == plain
+    for kind in ('main', 'mtp'):   # the passes' struct of the model: no pointer into a tree's integers, which are gone
+        args = getattr(t.fused, kind)['args']
+        assert args.tdepth is None and args.tbase is None and args.tanc is None, f"the {kind} pass arguments still point into a tree's integers"
+    for k in (1, 3): assert speculative_generate(t, MTPProposer(t), ps, 40, k)[0] == plain, f"k={k}: a chain after a tree differs from the target alone"
