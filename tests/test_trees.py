@@ -55,17 +55,20 @@ def test_keep_path_against_fresh(cpu_models):
         for a, b in zip(cache.prefix(sids[0], 30 + len(path)), fresh.prefix(f, 30 + len(path))): assert (a - b).abs().max() < 1e-5
         for a, b in zip(cache.prefix(sids[1], 11), before): assert torch.equal(a, b)
 
+def _identity(models, prompts, n, name, shape, where):
+    "Greedy text with trees against the target alone's (models['target']), each prompt alone and all of them in one batch."
+    t = models['target']; plain = generate(t, prompts, n)
+    one = [tree_generate(t, make_tree_proposer(name, t, models), [p], n, shape)[0][0] for p in prompts]
+    assert one == plain, f"{name} {shape} ({where}): greedy text at batch 1 differs from the target alone"
+    many, st = tree_generate(t, make_tree_proposer(name, t, models), prompts, n, shape)
+    assert many == plain, f"{name} {shape} ({where}): greedy text at batch {len(prompts)} differs from the target alone"
+    assert st.tokens_per_round > 1.5, f"{name} {shape} ({where}): {st.tokens_per_round:.2f} tokens a round: the trees keep almost nothing"
+
 @pytest.mark.parametrize('name,shape', [('mtp', '3x2x1'), ('draft2', 'n12w3t3d4'), ('draft4', '2x2x1')])
 def test_greedy_identity(cpu_models, prompts, name, shape):
     "On the reference path, greedy text with trees equals the target alone's, 4 prompts x 100 tokens, at batch 1 and batch 4"
     " (8 x 200 at batch 1 and 8, for every base proposer, on the fused kernel below: the same walk, five times faster)."
-    t, prompts = cpu_models['target'], prompts[:4]
-    plain = generate(t, prompts, 100)
-    one = [tree_generate(t, make_tree_proposer(name, t, cpu_models), [p], 100, shape)[0][0] for p in prompts]
-    assert one == plain, f"{name} {shape}: greedy text at batch 1 differs from the target alone"
-    eight, st = tree_generate(t, make_tree_proposer(name, t, cpu_models), prompts, 100, shape)
-    assert eight == plain, f"{name} {shape}: greedy text at batch 4 differs from the target alone"
-    assert st.tokens_per_round > 1.5, f"{name} {shape}: {st.tokens_per_round:.2f} tokens a round: the trees keep almost nothing"
+    _identity(cpu_models, prompts[:4], 100, name, shape, 'reference')
 
 def _e2e(t, prompt, rule, N=4000, seed=1000):
     "Tokens 1-3 of N sampled continuations of one prompt with the MTP module's 4x2x1 trees (T = 1), each position against the target's law by law_test (chi-squared at 0.1%): the position closest to rejection. (The first token comes from the prefill; the trees decide from the second on.)"
@@ -139,13 +142,7 @@ def test_fused_tree_pass_against_reference(cpu_models, fast_models, name):
 @pytest.mark.parametrize('name,shape', [('mtp', '3x2x1'), ('draft2', 'n12w3t3d4'), ('draft4', '2x2x1'), ('draft2_kd', '2x1'), ('draft4_kd', '3x1')])
 def test_fused_greedy_identity(fast_models, prompts, name, shape):
     "On the fused kernel (target and drafters), greedy text with trees equals the target alone's, 8 prompts x 200 tokens, at batch 1 and batch 8."
-    t = fast_models['target']
-    plain = generate(t, prompts, 200)
-    one = [tree_generate(t, make_tree_proposer(name, t, fast_models), [p], 200, shape)[0][0] for p in prompts]
-    assert one == plain, f"{name} {shape}: greedy text at batch 1 differs from the target alone (fused)"
-    eight, st = tree_generate(t, make_tree_proposer(name, t, fast_models), prompts, 200, shape)
-    assert eight == plain, f"{name} {shape}: greedy text at batch 8 differs from the target alone (fused)"
-    assert st.tokens_per_round > 1.5, f"{name} {shape}: {st.tokens_per_round:.2f} tokens a round"
+    _identity(fast_models, prompts, 200, name, shape, 'fused')
 
 @_fused
 def test_fused_tree_errors(cpu_models, fast_models, prompts):
