@@ -51,10 +51,13 @@ def roomy_cache(model, capacity:list[int], extra:int, mtp:bool=False):
     c = model.new_cache(capacity=[n + extra for n in capacity], mtp=mtp); c.max_len += extra
     return c
 
+def _check_order(cache, sids, off, first:int):
+    if any(cache.length(s) != int(o) + first for s, o in zip(sids, off)): raise SmallemError("tree nodes must be appended in order, right after position off + first - 1")
+
 def tree_plan(cache, sids:list, off:torch.Tensor, first:int, depth:torch.Tensor, anc:torch.Tensor):
     "Append nodes first, first + 1, ... of each row's tree (node j in the slot of position off[b] + j) and return their pass's plan: position off + depth, keys up to off and the node's own ancestors."
     B, m = len(sids), depth.shape[1] - first
-    if any(cache.length(s) != int(o) + first for s, o in zip(sids, off)): raise SmallemError("tree nodes must be appended in order, right after position off + first - 1")
+    _check_order(cache, sids, off, first)
     plan = cache.plan(sids, [m] * B, m)
     dev = plan.mask.device; L = plan.mask.shape[-1]; off = off.to(dev); seen = first + m
     mask = (torch.arange(L, device=dev)[None, None] <= off[:, None, None]).expand(B, m, L).clone()   # the text and the root
@@ -68,7 +71,7 @@ def fused_tree_pass(fast, tokens:torch.Tensor, cache, sids, off, first:int, dept
     "The same pass on the fused CPU kernel (`12a_fused_cpu`): node j of row b in slot off[b] + j at position off[b] + its depth, its keys masked by a 64-bit integer of its ancestors among the tree's nodes (so at most 64 of them); with `h`, the MTP module's pass."
     B, m = tokens.shape; seen = first + m
     if seen > 64: raise SmallemError(f"a tree on the fused kernel holds at most 64 nodes (got {seen})")
-    if any(cache.length(s) != int(o) + first for s, o in zip(sids, off)): raise SmallemError("tree nodes must be appended in order, right after position off + first - 1")
+    _check_order(cache, sids, off, first)
     masks = (anc[:, first:seen, :seen].long() << torch.arange(seen)).sum(-1).reshape(-1).tolist()   # bit i: node i is seen
     starts = [int(o) + first for o in off]; cache.append(sids, [m] * B)
     return fast._fused(cache, sids, starts, [m] * B, tokens.contiguous(), B, m, h,
@@ -323,7 +326,6 @@ def tree_generate(target, proposer:TreeProposer, prompts:list[list[int]], max_ne
     prompts = check_prompts(prompts, target.cfg.vocab_size, target.cfg.max_seq_len)
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1: raise SmallemError(f"max_new_tokens must be an integer >= 1 (got {max_new_tokens!r})")
     if not isinstance(proposer, TreeProposer): raise SmallemError(f"trees grow from a TreeProposer (TreeDrafter, TreeMTP), not {type(proposer).__name__}")
-    _tree_model(target)   # the reference model or the fused kernel
     if shape.size + 1 > 64 and _tree_model(target) == 'fused': raise SmallemError(f"a tree on the fused kernel holds at most 64 nodes ({shape} has {shape.size + 1})")
     cap = [len(p) + max_new_tokens for p in prompts]
     if max(cap) + shape.max_depth > target.cfg.max_seq_len:

@@ -5,19 +5,15 @@ within each round, `rounds` rounds; medians of the kernel's own passes (`time_pa
 
     python runs/issue55_zen3/x7_ab.py nbs/bench/int8_x7_ab_cpu_amd-zen3.json | tee runs/issue55_zen3/x7_ab_cpu_amd-zen3.txt
 """
-import ctypes, json, statistics, subprocess, sys, time
+import json, statistics, sys, time
 from pathlib import Path
 import torch
 from smallem_spec import fused as F
 from smallem_spec.fast import FastSmallem, _interleave
 from smallem_spec.train import load_or_train
 
-old = subprocess.run(['git', 'show', '1bba2da:smallem_spec/fused.py'], capture_output=True, text=True, check=True).stdout
-lines = old.splitlines(keepends=True)
-a = next(i for i, l in enumerate(lines) if l.startswith('_SRC_HEAD = ')); b = next(i for i, l in enumerate(lines) if l.startswith('KERNEL_SRC = '))
-ns = {}; exec(''.join(lines[a:b + 1]), ns)
-out = Path('/tmp/smallem_x7_ab_old.so'); F._build(ns['KERNEL_SRC'], out, 'gcc')
-libs = {'eight bits, sign trick (1bba2da)': F._bind(ctypes.CDLL(str(out))), 'seven bits (today)': F.load_kernel(required=True)}
+sys.path.insert(0, 'tools'); from kernel_ab import kernel_at   # the kernel as commit 1bba2da exported it
+libs = {'eight bits, sign trick (1bba2da)': kernel_at('1bba2da'), 'seven bits (today)': F.load_kernel(required=True)}
 assert libs['eight bits, sign trick (1bba2da)'].smallem_int8_kind() == 1 and F.int8_levels() == 63
 target = load_or_train('cpu', 'target', progress=False)
 fast = FastSmallem(target, precision='int8')   # its cache and layout; each kernel gets its own packed weights
