@@ -984,6 +984,142 @@ void smallem_gemm(int R, int K, int N, const float *X, const float *W, float *Y,
 }
 '''
 
+# %% ../nbs/12a_fused_cpu.ipynb #b7e3f1a2
+_SRC_TREE = r'''
+/* Token-tree rounds in one call (09a_trees), the target's MTP module growing a static tree. Each row's tree has n
+   nodes: node 0 the root (the row's last token, not yet in the target's cache), then the guesses level by level, level d
+   (1 .. nd) being nodes lv[d] .. lv[d + 1] - 1, each node of level d - 1 with br[d - 1] children side by side in the order
+   of their rank; par, dep, anc [n]: each node's parent, depth and ancestor mask (tree_sees). tok [B, n]: the trees to
+   verify (the first grown by the caller), then the next ones. t: the target, its page table and starts (each row's true
+   length, which is its root's slot) set; m: the module, its page table and starts (its true length) set; both caches hold
+   pages for the whole text and a tree. A round: the target's pass over every row's tree; from the root, greedy (temp 0),
+   the child holding the target's argmax while there is one, then that argmax; sampling, each node's children tried in
+   rank order as point-mass guesses against the residual r (p = softmax(logits / temp) at the node, refused children
+   taken out): child j kept when u[j] < r(x) / sum r, all refused a draw from r with u[n], an accepted leaf a draw from p
+   (u: n + 1 uniforms a row and round; mode 1 tries each child against p itself, mode 2 never takes refused children out:
+   the planted bugs of `sampled_walk`); the kept path's keys and values moved to the slots a chain puts them in; the
+   module reads the new true pairs (the target's state at each node of the path, the token after it) and grows the next
+   tree, one pass per level but the last, each node's input its parent's module state and its own token, its children
+   the br[d] largest logits (the first largest first). rem [B]: tokens each row may still emit; cnt [B]: tokens in toks
+   [B, cap] (both updated). hs, st: scratch of [B n D] floats. log [maxr, B, nd + 1]: each round's path (nodes past the
+   root, -1 after); rsecs [maxr]: each round's seconds. Rounds go on until a row has emitted what it may, or maxr of
+   them. Returns the rounds run, or -1 (a token outside the vocabulary). */
+static void top_children(const float *l, int V, int b, long *out) {
+  for (int r = 0; r < b; r++) {
+    long best = -1;
+    for (long v = 0; v < V; v++) {
+      if (best >= 0 && !(l[v] > l[best])) continue;
+      int used = 0; for (int q = 0; q < r; q++) used |= out[q] == v;
+      if (!used) best = v;
+    }
+    out[r] = best;
+  }
+}
+
+int smallem_tree_rounds(pass_args *t, pass_args *m, int n, int nd, const long *par, const long *lv, const long *br,
+                        const long *dep, const unsigned long long *anc, int maxr, long *tok, long *rem, float *hs, float *st,
+                        long *toks, long cap, long *cnt, long *log, double *rsecs, float temp, const double *u, int mode) {
+  const int B = t->B, D = t->D, V = t->V, S = t->S;
+  long *tst = (long *)t->starts, *tnn = (long *)t->nnew, *mst = (long *)m->starts;
+  long path[B][nd + 1], plen[B], em[B][nd + 1], mtok[B * n], mnn[B], mstart[B], mbase[B], hrow[B], tdep[B * n], ldep[B * n];
+  unsigned long long tanc[B * n], lanc[B * n];
+  float pw[temp > 0 ? V : 1], rw[temp > 0 ? V : 1];
+  for (int b = 0; b < B; b++) for (int j = 0; j < n; j++) { tdep[b * n + j] = dep[j]; tanc[b * n + j] = anc[j]; }
+  int r = 0;
+  while (r < maxr) {
+    double r0 = omp_get_wtime();
+    for (int b = 0; b < B; b++) tnn[b] = n;
+    t->R = B * n; t->T = n; t->tokens = tok; t->tbase = tst; t->tdepth = tdep; t->tanc = tanc;
+    int bad = smallem_pass(t);
+    t->tbase = t->tdepth = NULL; t->tanc = NULL;
+    if (bad) return -1;
+    int Tm = 1, any = 0, all = 1;
+    for (int b = 0; b < B; b++) {
+      const long *tb = tok + (long)b * n, *best = t->best + (long)b * n;
+      const double *ub = temp > 0 ? u + ((long)r * B + b) * (n + 1) : NULL;
+      long v = 0, L = 1, last = -1; path[b][0] = 0;
+      for (;;) {
+        long c = -1; double rs = 0;
+        if (temp > 0) {
+          softmax_row(t->logits + ((long)b * n + v) * V, V, temp, pw); memcpy(rw, pw, (size_t)V * 4);
+          for (int i = 0; i < V; i++) rs += rw[i];
+        }
+        for (long j = v + 1; j < n; j++) if (par[j] == v) {
+          if (temp == 0) { if (tb[j] == best[v]) { c = j; break; } continue; }
+          long x = tb[j]; double pr = mode == 1 ? pw[x] : rs > 0 ? rw[x] / rs : 0;
+          if (ub[j] < pr) { c = j; break; }
+          if (mode != 2) { rs -= rw[x]; rw[x] = 0; }
+        }
+        if (c < 0) {
+          if (temp == 0) last = best[v];
+          else { last = draw(rw, V, ub[n]); if (last < 0) last = draw(pw, V, ub[n]); }
+          break;
+        }
+        path[b][L++] = c; v = c;
+      }
+      plen[b] = L;
+      for (long i = 0; i + 1 < L; i++) em[b][i] = tb[path[b][i + 1]];
+      em[b][L - 1] = last;
+      for (long i = 1; i < L; i++) if (path[b][i] != i)   /* a later node's source lies past this one's destination */
+        for (int l = 0; l < t->nl; l++) {
+          float *kvl = t->kv + (long)l * t->slots * 2 * D; const long *pt = t->pt + (long)b * t->P;
+          long ds = tst[b] + i, ss = tst[b] + path[b][i];
+          memcpy(kvl + (pt[ds / S] * S + ds % S) * 2 * D, kvl + (pt[ss / S] * S + ss % S) * 2 * D, (size_t)2 * D * 4);
+        }
+      for (long i = 0; i < L; i++) if (cnt[b] + i < cap) toks[(long)b * cap + cnt[b] + i] = em[b][i];
+      cnt[b] += L; rem[b] -= L;
+      for (long i = 0; i <= nd; i++) log[((long)r * B + b) * (nd + 1) + i] = i + 1 < L ? path[b][i + 1] : -1;
+      if (L > Tm) Tm = L;
+      if (rem[b] <= 0) any = 1; else all = 0;
+    }
+    for (int b = 0; b < B; b++) {                 /* the true pairs, padded to Tm rows a row */
+      for (long i = 0; i < Tm; i++) {
+        memcpy(hs + ((long)b * Tm + i) * D, t->x + ((long)b * n + path[b][i < plen[b] ? i : 0]) * D, (size_t)D * 4);
+        mtok[b * Tm + i] = i < plen[b] ? em[b][i] : 0;
+      }
+      mnn[b] = plen[b]; hrow[b] = (long)b * Tm + plen[b] - 1;
+      tst[b] += plen[b]; tok[(long)b * n] = em[b][plen[b] - 1];   /* the root and the kept guesses are the text now */
+    }
+    if (!all) {
+      m->R = B * Tm; m->T = Tm; m->tokens = mtok; m->nnew = mnn; m->h_in = hs; m->hrows = hrow; m->nh = B;
+      bad = smallem_pass(m); m->hrows = NULL;
+      if (bad) return -1;
+      for (int b = 0; b < B; b++) {
+        memcpy(st + (long)b * n * D, m->x + hrow[b] * D, (size_t)D * 4);   /* the root's module state */
+        top_children(m->logits + (long)b * V, V, (int)br[0], tok + (long)b * n + lv[1]);
+        mst[b] += plen[b]; mbase[b] = mst[b] - 1;                          /* the root: the last pair's slot */
+      }
+      for (int d = 1; d < nd; d++) {
+        const int w = (int)(lv[d + 1] - lv[d]);
+        for (int b = 0; b < B; b++) {
+          for (int i = 0; i < w; i++) {
+            long j = lv[d] + i;
+            mtok[b * w + i] = tok[(long)b * n + j]; ldep[b * w + i] = dep[j]; lanc[b * w + i] = anc[j];
+            memcpy(hs + ((long)b * w + i) * D, st + ((long)b * n + par[j]) * D, (size_t)D * 4);
+          }
+          mnn[b] = w; mstart[b] = mbase[b] + lv[d];
+        }
+        m->R = B * w; m->T = w; m->tokens = mtok; m->nnew = mnn; m->starts = mstart; m->h_in = hs;
+        m->tbase = mbase; m->tdepth = ldep; m->tanc = lanc;
+        bad = smallem_pass(m);
+        m->starts = mst; m->tbase = m->tdepth = NULL; m->tanc = NULL;
+        if (bad) return -1;
+        for (int b = 0; b < B; b++)
+          for (int i = 0; i < w; i++) {
+            long j = lv[d] + i;
+            memcpy(st + ((long)b * n + j) * D, m->x + ((long)b * w + i) * D, (size_t)D * 4);
+            top_children(m->logits + ((long)b * w + i) * V, V, (int)br[d], tok + (long)b * n + lv[d + 1] + (long)i * br[d]);
+          }
+      }
+    }
+    rsecs[r++] = omp_get_wtime() - r0;
+    if (any) break;
+  }
+  return r;
+}
+'''
+
+
 # %% ../nbs/12a_fused_cpu.ipynb #7a88b436
 _SRC_ROUND = r'''
 /* A round of speculation in one call, for the MTP module (draft = 0) or a draft model (draft = 1). t: the target,
@@ -1090,7 +1226,7 @@ double smallem_peak(int nthreads, long iters) {
   return sink == -1.0f ? 0 : 2.0 * VPL * 12 * (double)iters * nthreads / dt / 1e9;   /* the sink keeps the chains alive */
 }
 '''
-_SRC_PASS = _SRC_PASS1 + _SRC_PASS2 + _SRC_PASS3 + _SRC_PASS4 + _SRC_ROUND + _SRC_PEAK
+_SRC_PASS = _SRC_PASS1 + _SRC_PASS2 + _SRC_PASS3 + _SRC_PASS4 + _SRC_ROUND + _SRC_TREE + _SRC_PEAK
 KERNEL_SRC = _SRC_HEAD + _SRC_GEMM + _SRC_GEMMH + _SRC_GEMMB + _SRC_GEMMQ + _SRC_ATTN + _SRC_SAMPLE + _SRC_PASS
 
 # %% ../nbs/12a_fused_cpu.ipynb #c4bec69c
@@ -1161,6 +1297,8 @@ def _bind(lib):
     lib.smallem_round.argtypes = [ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     lib.smallem_rounds.argtypes = ([ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
                                    + [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p])
+    lib.smallem_tree_rounds.argtypes = ([ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 5 + [ctypes.c_int]
+                                        + [ctypes.c_void_p] * 5 + [ctypes.c_long] + [ctypes.c_void_p] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int])
     lib.smallem_work_floats.restype = ctypes.c_long
     lib.smallem_work_floats.argtypes = [ctypes.c_int] * 5
     lib.smallem_gemm.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
@@ -1551,6 +1689,62 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
     finally:
         for s in sids: cache.free(s)
     return out, SpecStats.from_log(log, k, out, tp, clock() - t_start, stopped)
+
+# %% ../nbs/12a_fused_cpu.ipynb #c4d9e0f3
+@patch
+def tree_rounds(self:FusedPass, cache, sids, room:list[int], pcache, psids, proom:list[int], tokens:torch.Tensor, shape, rem:list[int], maxr:int,
+                temperature:float=0.0, u:torch.Tensor|None=None, mode:int=0):
+    "Token-tree rounds with the MTP module in one call (`smallem_tree_rounds`; 09a_trees), greedy or sampled (`temperature` > 0, with `u`: maxr · B · (n + 1) float64 uniforms in the order the rounds read them; `mode` 1 and 2: the planted bugs of `sampled_walk`): `tokens` [B, n] each row's first tree of the static `shape` (the root its last token), overwritten with the next trees; `cache`, `pcache`: the target's and the module's, each sequence's length its true one, given pages here up to `room`, `proom` slots a row (the whole text and a tree past it). Returns (the tokens each row emitted, each round's path per row [rounds][B][depth] (nodes past the root, -1 after), the rounds' seconds); the caches' lengths follow the text."
+    from .tree import Tree, parse_shape
+    shape, c, B, nth = parse_shape(shape), self.cfg, len(sids), torch.get_num_threads()
+    if shape.nodes is not None: raise SmallemError("tree rounds in the fused library grow static trees")
+    lv = [0, 1]
+    for x in shape.levels(): lv.append(lv[-1] + x)
+    n, nd, D, V = lv[-1], len(shape.branch), c.dim, c.vocab_size
+    if tuple(tokens.shape) != (B, n) or tokens.dtype != torch.long or not tokens.is_contiguous(): raise SmallemError(f"tree rounds need the trees' tokens as a contiguous long tensor [{B}, {n}]")
+    if temperature > 0 and not (u is not None and u.dtype == torch.float64 and u.is_contiguous() and u.numel() >= maxr * B * (n + 1)):
+        raise SmallemError(f"{maxr} sampled tree rounds need {maxr * B * (n + 1)} contiguous float64 uniforms")
+    if n > 64: raise SmallemError(f"a tree on the fused kernel holds at most 64 nodes ({shape} has {n})")
+    par = [-1] + [lv[d] + (j - lv[d + 1]) // b for d, b in enumerate(shape.branch) for j in range(lv[d + 1], lv[d + 2])]
+    tr = Tree(torch.zeros(1, n, dtype=torch.long), torch.tensor([par]))
+    anc = [(int(x) + (1 << 63)) % (1 << 64) - (1 << 63) for x in (tr.anc[0].long() << torch.arange(n)).sum(-1).tolist()]
+    tl, ml = [cache.lens[s] for s in sids], [pcache.lens[s] for s in psids]
+    cache.append(sids, [x - y for x, y in zip(room, tl)]); pcache.append(psids, [x - y for x, y in zip(proom, ml)])   # pages for the whole text: only lengths move
+    Pt, Pm = -(-max(room) // cache.page_size), -(-max(proom) // pcache.page_size)
+    top = max(c.max_seq_len, cache.max_len, pcache.max_len)
+    work = torch.empty(self.lib.smallem_work_floats(B * n, D, c.ffn_dim, top - 1, nth))
+    fl, lo = torch.empty(2 * B * n * (D + V)), torch.empty(2 * B * n, dtype=torch.long)
+    pad = lambda pages, P: pages + [0] * (P - len(pages))
+    vals = ([x for s in sids for x in pad(cache.pages[s], Pt)] + tl + [n] * B
+            + [x for s in psids for x in pad(pcache.pages[s], Pm)] + ml + [0] * B
+            + par + lv + list(shape.branch) + [int(d) for d in tr.depth[0].tolist()] + anc + list(rem) + [0] * B)
+    ints = (ctypes.c_long * len(vals))(*vals); sz = ctypes.sizeof(ctypes.c_long)
+    at = lambda i: ctypes.addressof(ints) + sz * i
+    i_m = B * Pt + 2 * B; i_sh = i_m + B * Pm + 2 * B; i_rem = i_sh + 3 * n + len(lv) + nd
+    t, m = PassArgs.from_buffer_copy(self.main['args']), PassArgs.from_buffer_copy(self.mtp['args'])
+    f0, l0 = fl.data_ptr(), lo.data_ptr()
+    for a, P, S, i0, kv, x, best in ((t, Pt, cache.page_size, 0, cache.kv, f0, l0), (m, Pm, pcache.page_size, i_m, pcache.kv, f0 + 4 * B * n * (D + V), l0 + 8 * B * n)):
+        a.B, a.S, a.P, a.nthreads, a.kv, a.slots = B, S, P, nth, kv.data_ptr(), kv.shape[1]
+        a.pt, a.starts, a.nnew = at(i0), at(i0 + B * P), at(i0 + B * P + B)
+        a.x, a.logits, a.best, a.work = x, x + 4 * B * n * D, best, work.data_ptr()
+        a.tdepth = a.tbase = a.tanc = a.hrows = None
+    hs, st = torch.empty(B * n * D), torch.empty(B * n * D)
+    cap = max(rem) + nd + 1
+    toks, log, rs = (ctypes.c_long * (B * cap))(), (ctypes.c_long * (maxr * B * (nd + 1)))(), (ctypes.c_double * maxr)()
+    r = self.lib.smallem_tree_rounds(ctypes.byref(t), ctypes.byref(m), n, nd, at(i_sh), at(i_sh + n), at(i_sh + n + len(lv)),
+                                     at(i_sh + n + len(lv) + nd), at(i_sh + 2 * n + len(lv) + nd), maxr, tokens.data_ptr(), at(i_rem),
+                                     hs.data_ptr(), st.data_ptr(), ctypes.addressof(toks), cap, at(i_rem + B), ctypes.addressof(log), ctypes.addressof(rs),
+                                     float(temperature), u.data_ptr() if temperature > 0 else None, mode)
+    if r < 0:
+        for s, x in zip(sids, tl): cache.keep(s, x)
+        for s, x in zip(psids, ml): pcache.keep(s, x)
+        _bad_token(V)
+    cnt = ints[i_rem + B:i_rem + 2 * B]
+    for s, x in zip(sids, ints[B * Pt:B * Pt + B]): cache.keep(s, x)
+    for s, x in zip(psids, ints[i_m + B * Pm:i_m + B * Pm + B]): pcache.keep(s, x)
+    lg, w = log[:r * B * (nd + 1)], nd + 1
+    return ([toks[b * cap:b * cap + min(cnt[b], cap)] for b in range(B)], [[lg[(j * B + b) * w:(j * B + b + 1) * w] for b in range(B)] for j in range(r)], rs[:r])
+
 
 # %% ../nbs/12a_fused_cpu.ipynb #3b9d9e90
 def sample_logits(logits:torch.Tensor, temperature:float, generator=None) -> torch.Tensor:  # [..., V] -> [...]

@@ -4,7 +4,7 @@
 
 # %% ../nbs/09a_trees.ipynb #tr000001
 from __future__ import annotations
-import re, time
+import os, re, time
 from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
@@ -316,12 +316,35 @@ class TreeStats:
             for i in range(n if r < 0 else r + 1): self.tried[(d, i)] = self.tried.get((d, i), 0) + 1
             if r >= 0: self.taken[(d, r)] = self.taken.get((d, r), 0) + 1
 
+# %% ../nbs/09a_trees.ipynb #tr0000a1
+_RULES = {'exact': 0, 'unchanged': 1, 'keep': 2}   # sampled_walk's rule and its planted bugs, as the library's modes
+
+def _library_rounds(target, proposer, shape, temperature, on_round):   # the FusedPass whose library runs the rounds, or None
+    fp = getattr(target, 'fused', None)
+    if (fp is None or not hasattr(fp, 'tree_rounds') or getattr(fp, 'mtp', None) is None or (temperature > 0 and fp.cfg.vocab_size % 16) or on_round is not None
+            or type(proposer) is not TreeMTP or proposer.target is not target or proposer.mask is not None or shape.nodes is not None
+            or os.environ.get('SMALLEM_ROUNDS', 'fused') != 'fused'): return None
+    return fp
+
+def _count_path(st:TreeStats, shape:TreeShape, path:list[int]):
+    "Count a greedy path through a static tree (node indices from the root) as `tree_generate` counts a walk."
+    lv = [0, 1]
+    for x in shape.levels(): lv.append(lv[-1] + x)
+    br = list(shape.branch) + [0]
+    kids = lambda u, d: (lv[d + 1] + (u - lv[d]) * br[d], br[d])   # a node of level d: its first child and how many
+    ranks, nch = [], []
+    for d, u in enumerate(path):
+        f, k = kids(u, d); nch.append(k)
+        ranks.append(path[d + 1] - f if d + 1 < len(path) else -1)
+    st.count(ranks, nch); st.rounds += 1; st.emitted += len(path); st.guesses += lv[-1] - 1
+
+
 # %% ../nbs/09a_trees.ipynb #tr000038
 @torch.inference_mode()
 def tree_generate(target, proposer:TreeProposer, prompts:list[list[int]], max_new_tokens:int, shape='3x2x1',
                   temperature:float=0.0, generator=None, on_round=None,   # on_round(rows, tree, paths, emitted) after each round
                   _rule:str='exact') -> tuple[list[list[int]], TreeStats]:
-    "Speculative decoding with a tree per round and row: the proposer grows it, the target reads all of it in one pass, the walk keeps the path the target agrees with (greedy) or accepts by the rule for point-mass siblings (sampled), and the path's keys and values move to where a chain would have put them."
+    "Speculative decoding with a tree per round and row: the proposer grows it, the target reads all of it in one pass, the walk keeps the path the target agrees with (greedy) or accepts by the rule for point-mass siblings (sampled), and the path's keys and values move to where a chain would have put them. Static trees of the MTP module on the fused kernel run their rounds in the fused library (`FusedPass.tree_rounds`, after the first tree) unless `on_round` watches them or `SMALLEM_ROUNDS=python`."
     shape = parse_shape(shape); check_temperature(temperature)
     prompts = check_prompts(prompts, target.cfg.vocab_size, target.cfg.max_seq_len)
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1: raise SmallemError(f"max_new_tokens must be an integer >= 1 (got {max_new_tokens!r})")
@@ -337,9 +360,23 @@ def tree_generate(target, proposer:TreeProposer, prompts:list[list[int]], max_ne
         logits, hidden = prefill(target, cache, sids, prompts, return_hidden=True)
         first = argmax(logits) if temperature == 0 else sample_probs(probs_at(logits, temperature), generator)
         outs = [[int(t)] for t in first]
-        proposer.extra = shape.grown + 1
+        lib = _library_rounds(target, proposer, shape, temperature, on_round)
+        proposer.extra = shape.grown + 1 if lib is None else shape.size + 2 + shape.max_depth   # the library: room for a tree past a text that overshot
         proposer.start(prompts, [o[0] for o in outs], hidden=hidden if proposer.needs_hidden else None, capacity=cap); started = True
         active = [b for b, o in enumerate(outs) if len(o) < max_new_tokens]
+        if lib is not None and active:   # the first trees here, every round after them in the library
+            tok = build_tree(proposer, active, torch.tensor([outs[b][-1] for b in active]), shape).tokens.contiguous(); n = tok.shape[1]
+            for i, b in enumerate(active): proposer.cache.keep(proposer.sids[b], proposer.true_len[i])
+            while active:
+                rem = [max_new_tokens - len(outs[b]) for b in active]   # each round emits a token a row at least: max(rem) rounds' uniforms
+                u = torch.rand(max(rem) * len(active) * (n + 1), generator=generator, dtype=torch.float64) if temperature > 0 else None
+                em, rounds, _ = lib.tree_rounds(cache, [sids[b] for b in active], [cap[b] + n for b in active], proposer.cache, [proposer.sids[b] for b in active],
+                                                [cap[b] + proposer.extra for b in active], tok, shape, rem, max(rem), temperature, u, _RULES[_rule])
+                for i, b in enumerate(active): outs[b] += em[i]
+                for paths in rounds:
+                    for pa in paths: _count_path(st, shape, [0] + [u for u in pa if u >= 0])
+                going = [i for i, b in enumerate(active) if len(outs[b]) < max_new_tokens]
+                tok, active = tok[going].contiguous(), [active[i] for i in going]
         while active:
             tree = build_tree(proposer, active, torch.tensor([outs[b][-1] for b in active]), shape)
             asids = [sids[b] for b in active]; off = torch.tensor([cache.length(s) for s in asids])

@@ -1,9 +1,10 @@
 """Token trees (`09a_trees`) on the reference path: every node's logits against a plain pass over its path, for rows of
 different lengths; the kept path's keys and values against a fresh pass; greedy text identical to the target alone for
 each base proposer (mtp, draft2, draft4), static and dynamic trees, batch 1 and 4, 4 prompts x 100 tokens; the sampled law end to end by
-chi-squared with the subtle planted bug rejected; one-line errors. On the fused CPU kernel: tree passes (target, drafter,
+chi-squared with the subtle planted bug rejected (on the fused kernel, rounds in the library and from Python); one-line errors. On the fused CPU kernel: tree passes (target, drafter,
 MTP module) against the reference's, a causal mask in their place rejected; greedy identity for every base proposer
-(mtp, draft2, draft4, draft2_kd, draft4_kd), 8 prompts x 200 tokens at batch 1 and 8."""
+(mtp, draft2, draft4, draft2_kd, draft4_kd), 8 prompts x 200 tokens at batch 1 and 8; the MTP module's rounds in the fused
+library against the same rounds from Python (text and the walks' counts)."""
 import pytest, torch
 from smallem_spec.core import SmallemError
 from smallem_spec.generate import generate
@@ -70,25 +71,31 @@ def test_greedy_identity(cpu_models, prompts, name, shape):
     " (8 x 200 at batch 1 and 8, for every base proposer, on the fused kernel below: the same walk, five times faster)."
     _identity(cpu_models, prompts[:4], 100, name, shape, 'reference')
 
-def _e2e(t, prompt, rule, N=4000, seed=1000):
+def _e2e(t, prompt, rule, N=4000, seed=1000, chunk=250):
     "Tokens 1-3 of N sampled continuations of one prompt with the MTP module's 4x2x1 trees (T = 1), each position against the target's law by law_test (chi-squared at 0.1%): the position closest to rejection. (The first token comes from the prefill; the trees decide from the second on.)"
     g, outs = torch.Generator().manual_seed(seed), []
-    for _ in range(N // 1000): outs += tree_generate(t, TreeMTP(t), [prompt] * 1000, 3, '4x2x1', 1.0, g, _rule=rule)[0]
+    for _ in range(N // chunk): outs += tree_generate(t, TreeMTP(t), [prompt] * chunk, 3, '4x2x1', 1.0, g, _rule=rule)[0]
     res = [law_test(t, [prompt] * N, outs, 1.0, j) for j in (1, 2, 3)]
     return max(res, key=lambda r: r['stat'] / r['threshold'])
 
-def test_sampled_law_end_to_end(cpu_models):
-    """The sampled tree rule keeps the target's law end to end; trying siblings against the unchanged p (the subtle bug)
-    is rejected. Three positions at 0.1% each: the correct rule fails with probability <= 0.3%; the seed is fixed, so the
-    outcome is too. Validation prompt 44 is where the module's guesses hold the most of the target's mass. Over seeds,
-    with the grosser bug (the correction drawn with refused siblings left in) too: tools/tree_power.py, whose seed 1000
-    this is (nbs/bench/tree_e2e_power.json); the toy test of 09a_trees rejects both bugs in 20 of 20 runs."""
+@_fused
+@pytest.mark.parametrize('where', ['library', 'python'])
+def test_sampled_law_end_to_end(fast_models, monkeypatch, where):
+    """The sampled tree rule keeps the target's law end to end, with the rounds in the fused library (`smallem_tree_rounds`)
+    and from Python (`sampled_walk`); trying siblings against the unchanged p (the subtle bug) is rejected on each. Three
+    positions at 0.1% each: the correct rule fails with probability <= 0.3% a path; the seed is fixed, so the outcome is
+    too. Validation prompt 44 is where the module's guesses hold the most of the target's mass. Over seeds, with the
+    grosser bug (the correction drawn with refused siblings left in) too: tools/tree_power.py, whose seed 1000 this is
+    (nbs/bench/tree_e2e_power*.json); the toy test of 09a_trees rejects both bugs in 20 of 20 runs."""
     from smallem_spec.corpus import validation_prompts
-    t, prompt = cpu_models['target'], validation_prompts('cpu', 64)[44]
+    from smallem_spec.tree import _library_rounds
+    if where == 'python': monkeypatch.setenv('SMALLEM_ROUNDS', 'python')
+    t, prompt = fast_models['target'], validation_prompts('cpu', 64)[44]
+    assert (_library_rounds(t, TreeMTP(t), parse_shape('4x2x1'), 1.0, None) is not None) == (where == 'library')
     ok = _e2e(t, prompt, 'exact')
-    assert ok['stat'] < ok['threshold'], f"the tree rule's law differs from the target's at position {ok['position']}: chi2 {ok['stat']:.1f} >= {ok['threshold']:.1f} (false-failure rate <= 0.3%)"
+    assert ok['stat'] < ok['threshold'], f"{where}: the tree rule's law differs from the target's at position {ok['position']}: chi2 {ok['stat']:.1f} >= {ok['threshold']:.1f} (false-failure rate <= 0.3%)"
     r = _e2e(t, prompt, 'unchanged')
-    assert r['stat'] >= r['threshold'], f"the planted bug (siblings tried against the unchanged p) passed: chi2 {r['stat']:.1f} < {r['threshold']:.1f}"
+    assert r['stat'] >= r['threshold'], f"{where}: the planted bug (siblings tried against the unchanged p) passed: chi2 {r['stat']:.1f} < {r['threshold']:.1f}"
 
 def test_errors(cpu_models, prompts):
     t = cpu_models['target']
@@ -162,3 +169,23 @@ def test_fused_chain_after_tree(cpu_models, prompts):
         args = getattr(t.fused, kind)['args']
         assert args.tdepth is None and args.tbase is None and args.tanc is None, f"the {kind} pass arguments still point into a tree's integers"
     for k in (1, 3): assert speculative_generate(t, MTPProposer(t), ps, 40, k)[0] == plain, f"k={k}: a chain after a tree differs from the target alone"
+
+@_fused
+@pytest.mark.parametrize('shape', ['2', '2x1', '3x2x1', '1x1x1'])
+def test_library_rounds_match_python(fast_models, prompts, monkeypatch, shape):
+    "The MTP module's greedy trees with every round in the fused library (`smallem_tree_rounds`) against the same trees with"
+    " every round from Python, 8 prompts x 200 tokens at batch 8 (rows finish at different rounds, so the library is called"
+    " again for the rows left): the same text, and the walks' counts per (depth, rank) within 2 of each other (the trees are"
+    " the same; only a tie between two logits, broken one way in C and another by torch's topk, could part them)."
+    t = fast_models['target']
+    from smallem_spec.tree import _library_rounds
+    assert _library_rounds(t, TreeMTP(t), parse_shape(shape), 0.0, None) is not None, "the library should run these rounds"
+    lib, st = tree_generate(t, TreeMTP(t), prompts, 200, shape)
+    monkeypatch.setenv('SMALLEM_ROUNDS', 'python')
+    assert _library_rounds(t, TreeMTP(t), parse_shape(shape), 0.0, None) is None
+    py, sp = tree_generate(t, TreeMTP(t), prompts, 200, shape)
+    assert lib == py == generate(t, prompts, 200), f"{shape}: the library's text differs from Python's or the target alone's"
+    assert abs(st.rounds - sp.rounds) <= 2 and st.guesses - sp.guesses == (st.rounds - sp.rounds) * parse_shape(shape).size
+    for key in set(st.tried) | set(sp.tried):
+        assert abs(st.tried.get(key, 0) - sp.tried.get(key, 0)) <= 2 and abs(st.taken.get(key, 0) - sp.taken.get(key, 0)) <= 2, \
+            f"{shape}: at (depth, rank) {key} the library tried/took {st.tried.get(key, 0)}/{st.taken.get(key, 0)}, Python {sp.tried.get(key, 0)}/{sp.taken.get(key, 0)}"

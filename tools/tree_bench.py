@@ -2,8 +2,10 @@
 causal pass over n tokens (the kernel's own passes, 200 tokens cached, in turn), and tokens/s of tree rounds against the
 same proposer's chains and the target alone, greedy, batch 1, 8 validation prompts x 200 tokens, `--repeats` interleaved
 runs (each row's speed-up over the target alone's runs beside it); greedy text checked against the target alone in every
-row. Trees run their rounds from Python; chains run theirs in the fused library (`12a_fused_cpu`). Timings: a machine
-doing nothing else.
+row. Chains run their rounds in the fused library (`12a_fused_cpu`); so do the MTP module's greedy static trees
+(`FusedPass.tree_rounds`), while a drafter's trees and dynamic trees run theirs from Python (each row says which).
+Shapes '1', '1x1', '1x1x1' are chains grown as trees: beside the chains of 1, 2, 3 guesses they price the tree machinery
+alone. Timings: a machine doing nothing else.
 
     python tools/tree_bench.py --json nbs/bench/tree_fused_cpu_<kind>.json
 """
@@ -15,7 +17,7 @@ from smallem_spec.fast import FastSmallem
 from smallem_spec.generate import generate
 from smallem_spec.spec import speculative_generate
 from smallem_spec.mtp import make_proposer
-from smallem_spec.tree import Tree, tree_generate, make_tree_proposer, roomy_cache
+from smallem_spec.tree import Tree, tree_generate, make_tree_proposer, roomy_cache, parse_shape, _library_rounds
 from smallem_spec.train import load_or_train
 from smallem_spec.corpus import validation_prompts
 
@@ -46,7 +48,7 @@ def pass_costs(fast, ns=(2, 4, 8, 16, 32), context=200, rounds=5, reps=60, seed=
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--proposers', default='mtp,draft2'); p.add_argument('--chains', default='1,2,3')
-    p.add_argument('--shapes', default='2,3,2x1,3x1,2x2x1,3x2x1,n8w2t2d4,n16w4t4d5')
+    p.add_argument('--shapes', default='1,1x1,1x1x1,2,3,2x1,3x1,2x1x1,2x2x1,3x2x1,n8w2t2d4')
     p.add_argument('--prompts', type=int, default=8); p.add_argument('--new-tokens', type=int, default=200)
     p.add_argument('--repeats', type=int, default=3); p.add_argument('--json', default=None)
     a = p.parse_args(argv)
@@ -82,8 +84,9 @@ def main(argv=None):
         sp = statistics.median(x / y for x, y in zip(runs[r], alone))
         row = {'proposer': pr, 'kind': how, 'k_or_shape': arg, 'tokens_per_s': round(statistics.median(runs[r]), 1), 'speedup': round(sp, 3), 'identical': True}
         if r in stats: row['tokens_per_round'] = round(statistics.mean(stats[r]), 3)
+        if how == 'tree': row['rounds'] = 'library' if _library_rounds(target, make_tree_proposer(pr, target, models), parse_shape(arg), 0.0, None) is not None else 'python'
         out_rows.append(row)
-        print(f"{pr:7s} {how:6s} {str(arg or ''):10s} {row['tokens_per_s']:8,.0f} tok/s  x{sp:.2f}" + (f"  {row['tokens_per_round']:.2f} tokens a round" if 'tokens_per_round' in row else ''))
+        print(f"{pr:7s} {how:6s} {str(arg or ''):10s} {row['tokens_per_s']:8,.0f} tok/s  x{sp:.2f}" + (f"  {row['tokens_per_round']:.2f} tokens a round, rounds in {row['rounds']}" if 'tokens_per_round' in row else ''))
     res = {'meta': {'command': 'python tools/tree_bench.py ' + ' '.join(argv if argv is not None else sys.argv[1:]), 'cpu': F.cpu_info(),
                     'threads': torch.get_num_threads(), 'precision': target.precision, 'when': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()),
                     'prompts': a.prompts, 'new_tokens': a.new_tokens, 'repeats': a.repeats, 'seconds': round(time.time() - t_start, 1)},
