@@ -19,6 +19,7 @@ from .verify import _sampled, _greedy, _greedy_row
 from .spec import speculative_generate, SpecStats
 from .mtp import PROPOSERS, DRAFTERS, parse_proposer, make_proposer
 from .cost import AdaptiveK, HeuristicK, expected_tokens_pos
+from .tree import tree_generate, make_tree_proposer, parse_shape, TreeStats, tree_tokens, tree_cost, v_curve, _library_rounds
 
 # %% auto #0
 __all__ = ['ADAPTIVE_KMAX', 'OLDER_FAMILY', 'proposer_cost', 'decide_time', 'measure_costs', 'run_config', 'bench', 'family',
@@ -280,6 +281,47 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
     row['measured_over_predicted'] = round(row['speedup'] / row['predicted_speedup'], 3) if row['predicted_speedup'] else None
     return row
 
+# %% ../nbs/10_bench.ipynb #tb7e0c01
+def _tree_rows(target, models, prompts, new_tokens, proposers, shapes, temperatures, batches, repeats, costs, preset=None, bar=None) -> list[dict]:
+    "Token-tree rows (`09a_trees`): each proposer's trees of each shape, every chunk of prompts right beside the target alone's decoding of it (which runs first alternating), `repeats` times; the speed-up over those runs, tokens a round, where the rounds ran (the fused library or Python), greedy text against the target alone's, and the cost model of trees (`tree_tokens` with the run's own acceptance per depth and rank, over `tree_cost` with this machine's v and the proposer's c)."
+    rows = []
+    for B in batches:
+        chunks = [prompts[i:i + B] for i in range(0, len(prompts), B)]
+        cst = costs[B]; v = v_curve(cst['v'])
+        for T in temperatures:
+            for p in proposers:
+                for shape in shapes:
+                    sh = parse_shape(shape); speed, rate, st, same = [], [], TreeStats(), True
+                    for rep in range(repeats):
+                        secs, base, n, nb = 0.0, 0.0, 0, 0
+                        for i, ch in enumerate(chunks):
+                            seed = 1000 * rep + i
+                            def alone():
+                                sync(target.device); t0 = time.perf_counter(); o = generate(target, ch, new_tokens, T, torch.Generator().manual_seed(seed)); sync(target.device)
+                                return time.perf_counter() - t0, o
+                            if i % 2 == 0: tb, ob = alone()
+                            sync(target.device); t0 = time.perf_counter()
+                            o, s = tree_generate(target, make_tree_proposer(p, target, models, preset), ch, new_tokens, sh, T, torch.Generator().manual_seed(seed))
+                            sync(target.device); secs += time.perf_counter() - t0
+                            if i % 2 == 1: tb, ob = alone()
+                            base += tb; n += sum(map(len, o)); nb += sum(map(len, ob))
+                            if T == 0 and o != ob: same = False
+                            st.rounds += s.rounds; st.emitted += s.emitted; st.guesses += s.guesses
+                            for d_, src in ((st.tried, s.tried), (st.taken, s.taken)):
+                                for key, x in src.items(): d_[key] = d_.get(key, 0) + x
+                        speed.append(n / secs); rate.append((n / secs) / (nb / base))
+                        if bar is not None: bar.update()
+                    c = (cst['prop'].get(T, {}).get(p) or [None, None])[1]
+                    pred = tree_tokens(sh, st.rate) / tree_cost(sh, c, v) if c is not None and sh.nodes is None else None
+                    sp = statistics.median(rate)
+                    rows.append(dict(proposer=f'{p}_tree', k=str(sh), path='fast', temperature=T, batch=B, tokens_per_s=round(statistics.median(speed), 1),
+                                     speedup=round(sp, 3), repeats=repeats, tokens_per_round=round(st.tokens_per_round, 3), tree_nodes=sh.size,
+                                     rounds='library' if _library_rounds(target, make_tree_proposer(p, target, models, preset), sh, T, None) is not None else 'python',
+                                     alpha_per_position=None, c=None if c is None else round(c, 3), predicted_speedup=None if pred is None else round(pred, 3),
+                                     measured_over_predicted=None if pred is None else round(sp / pred, 3), identical=same if T == 0 else None))
+    return rows
+
+
 # %% ../nbs/10_bench.ipynb #dc8e117e
 def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx) -> dict:
     "What the run was: sizes, the processor, the kernel, torch, and every measured cost (rounded)."
@@ -304,12 +346,17 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
           top_k:int|None=None, top_p:float|None=None, min_p:float|None=None,   # filters of every sampled row (06a_filters)
           precision:str|None=None,         # every fast model's panels (target alone included): None, each model's faster of fp32 and fp16 on this machine (12_fast_path); 'fp32', 'fp16', 'bf16', 'int8'
           proposer_bf16:bool|None=None,    # proposing passes on bf16 panels (None: where the processor has AVX-512 BF16; 12a_fused_cpu)
-          prime_texts:int=4) -> dict:      # held-out texts each adaptive row's policy decodes first, untimed (at least the batch); 0: a fresh policy
+          prime_texts:int=4,               # held-out texts each adaptive row's policy decodes first, untimed (at least the batch); 0: a fresh policy
+          trees=()) -> dict:               # token-tree shapes (09a_trees): rows `<proposer>_tree` for every proposer but ngram
     "Run the benchmark grid on the fast path (or the reference code); returns {'meta': ..., 'rows': [...]}."
     preset = preset_name(preset); _check_grid(proposers, ks, temperatures, n_prompts, new_tokens, repeats, batches)
+    trees = [str(parse_shape(x)) for x in trees]; tree_props = [p for p in proposers if parse_proposer(p)[0] != 'ngram'] if trees else []
+    if trees and not tree_props: raise SmallemError("token trees grow from a drafter or the MTP module: add one to the proposers")
+    if trees and not fast: raise SmallemError("tree rows run on the fast path")
     if not isinstance(prime_texts, int) or prime_texts < 0: raise SmallemError(f"prime_texts must be an integer >= 0 (got {prime_texts!r})")
     filters = {n: v for n, v in (('top_k', top_k), ('top_p', top_p), ('min_p', min_p)) if v is not None}
     if filters and not any(T > 0 for T in temperatures): raise SmallemError(f"{', '.join(filters)} filter sampled rows: add a temperature > 0")
+    if trees and filters: raise SmallemError(f"tree rows sample the plain law: run them without {', '.join(filters)}")
     temperatures = tuple(sampling(T, top_k, top_p, min_p) if T > 0 else T for T in temperatures)
     if precision not in (None, 'fp32') and not fast: raise SmallemError(f"the reference code runs in fp32: --precision {precision} is for the fast path")
     ref = load_or_train(preset, 'target', device=device)
@@ -320,7 +367,7 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     prompts = validation_prompts(preset, n=n_prompts, length=32)
     configs = [(p, k) for p in proposers for k in ks] + ([('none', 'reference')] if fast else [])   # the target alone on the reference code
     n_groups = len({p for p, _ in configs})   # a batch of several chunks adds one run of the target alone per group (its rows' baselines run beside them)
-    bar = tqdm(total=repeats * len(temperatures) * sum(2 * len(configs) + 1 + (n_groups if b < n_prompts else 0) for b in batches) + 1, desc='smallem_bench', disable=not progress)
+    bar = tqdm(total=repeats * len(temperatures) * sum(2 * len(configs) + 1 + (n_groups if b < n_prompts else 0) + len(tree_props) * len(trees) for b in batches) + 1, desc='smallem_bench', disable=not progress)
     for p in (list(proposers) or ['none']): run_config(target, models, prompts[:1], 8, p, 2, 0.0, 1, None)   # warm-up, not timed
     bar.update()
     kmax = max([k for k in ks if isinstance(k, int)] + [ADAPTIVE_KMAX])
@@ -329,11 +376,13 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
                               (min(48, max(16, new_tokens // 4)), max(96, new_tokens))) for b in batches}   # enough rounds to time, briefly for a small run
     prime = validation_prompts(preset, n=n_prompts, length=32, offset=0.5)   # other texts, halfway between the row's: what adaptive rows' policies learn on first
     raw = _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar, prime=prime, prime_texts=prime_texts)
+    tree_rows = _tree_rows(target, models, prompts, new_tokens, tree_props, trees, temperatures, batches, repeats, costs, preset, bar) if trees else []
     bar.close()
     meta = dict(_grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx), filters=filters or None,
                 models={n: (getattr(m, 'manifest', None) or {}).get('weights_sha256', '')[:16] for n, m in {'target': ref, **loaded}.items()},   # which family ran (`family`)
                 adaptive_prime={'texts_a_batch': {str(b): len(prime[:max(b, prime_texts)]) if prime_texts > 0 else 0 for b in batches}, 'offset': 0.5, 'new_tokens': new_tokens})
-    return dict(meta=meta, rows=[_grid_row(key, lst, raw, costs, fast) for key, lst in raw.items()])
+    if trees: meta['trees'] = trees
+    return dict(meta=meta, rows=[_grid_row(key, lst, raw, costs, fast) for key, lst in raw.items()] + tree_rows)
 
 OLDER_FAMILY = {'cpu': {'target': 'bbf098d1327c9d8f', 'nats_per_byte': 1.4316}}   # the cpu family before issue 57's (its target's manifest, git history of models/cpu before 2026-12-07)
 
@@ -369,7 +418,7 @@ def format_table(result:dict) -> str:
 # %% ../nbs/10_bench.ipynb #ce9e8baa
 def verdict(result:dict) -> str:
     "One line for a newcomer: at the smallest batch, what paid on this machine, and why (or why not)."
-    m, rows = result['meta'], [r for r in result['rows'] if not r['proposer'].startswith('none')]
+    m, rows = result['meta'], [r for r in result['rows'] if not r['proposer'].startswith('none') and not r['proposer'].endswith('_tree')]
     if not rows: return "Verdict: no proposer was run."
     B = min(r['batch'] for r in rows); cst = m['costs'][str(B)]
     where = m['gpu'] or m['cpu']
@@ -407,6 +456,12 @@ def verdict(result:dict) -> str:
     elif noise > 0.03:
         out.append(f"the target alone's speed moved by up to {noise:.0%} between its runs around a group of rows, so differences "
                    f"smaller than that are this run's noise (more --repeats narrow it)")
+    trees = [r for r in result['rows'] if r['proposer'].endswith('_tree') and r['batch'] == B]
+    for T in sorted({r['temperature'] for r in trees}):   # token trees against the chains of the same proposer
+        t = max((r for r in trees if r['temperature'] == T), key=lambda r: r['speedup']); base = t['proposer'][:-len('_tree')]
+        ch = [r for r in rows if r['proposer'] == base and r['batch'] == B and r['temperature'] == T and isinstance(r['k'], int)]
+        out.append(f"{'greedy' if T == 0 else f'T={T:g}'} trees: best {t['proposer']} {t['k']} x{t['speedup']:.2f}, rounds in {t['rounds']}"
+                   + (f", against {base}'s best chain x{max(r['speedup'] for r in ch):.2f}" if ch else ''))
     return f"Verdict on {where}, batch {B}: " + '; '.join(out) + '.'
 
 def result_path(preset:str, kind:str|None=None, folder='nbs/bench') -> Path:
@@ -416,7 +471,7 @@ def result_path(preset:str, kind:str|None=None, folder='nbs/bench') -> Path:
 # %% ../nbs/10_bench.ipynb #e4fa5788
 def plot_result(result:dict, path=None):
     "Speed-up vs k per proposer, measured vs predicted, acceptance by position: a row of panels per temperature, one legend below."
-    rows = [r for r in result['rows'] if not r['proposer'].startswith('none')]
+    rows = [r for r in result['rows'] if not r['proposer'].startswith('none') and not r['proposer'].endswith('_tree')]   # tree rows: the table
     Ts, Bs = sorted({r['temperature'] for r in rows}), sorted({r['batch'] for r in rows})
     props = list(dict.fromkeys(r['proposer'] for r in rows)); col = {p: f'C{i % 10}' for i, p in enumerate(props)}
     mark = {B: 'os^Dv'[i % 5] for i, B in enumerate(Bs)}   # the batch by the marker's shape
@@ -490,6 +545,7 @@ def bench_cli(argv=None):
                    help='proposing passes (drafters, the MTP module) on bf16 panels; auto: where the processor has AVX-512 BF16; off: fp16 drafters, fp32 MTP')
     p.add_argument('--prime-texts', type=int, default=4,
                    help="held-out validation texts each adaptive row's policy decodes first, untimed, as a server's has decoded earlier requests (at least the batch); 0: a fresh policy")
+    p.add_argument('--trees', default='', help="comma-separated token-tree shapes (09a_trees): '2', '2x1', '3x2x1' (static), 'n8w2t2d4' (dynamic); adds rows <proposer>_tree for every proposer but ngram")
     a = p.parse_args(argv)
     try:                                        # refuse an unwritable output before minutes of work, creating nothing
         for opt, path in (('--json', a.json), ('--plot', a.plot)):
@@ -498,7 +554,8 @@ def bench_cli(argv=None):
     try:
         res = bench(a.preset, a.prompts, a.new_tokens, [x.strip() for x in a.proposers.split(',') if x.strip()], a.k,
                     a.temperature, a.batch, a.repeats, fast=not a.reference, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p,
-                    precision=None if a.precision == 'auto' else a.precision, proposer_bf16={'auto': None, 'on': True, 'off': False}[a.proposer_bf16], prime_texts=a.prime_texts)
+                    precision=None if a.precision == 'auto' else a.precision, proposer_bf16={'auto': None, 'on': True, 'off': False}[a.proposer_bf16], prime_texts=a.prime_texts,
+                    trees=[x.strip() for x in a.trees.split(',') if x.strip()])
     except SmallemError as e: p.exit(2, f"smallem_bench: error: {e}\n")
     print(format_table(res))
     if a.json: Path(a.json).write_text(json.dumps(res, indent=1) + '\n'); print(f"result written to {a.json} (meta: processor, versions, costs; rows)")

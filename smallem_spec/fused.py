@@ -879,7 +879,8 @@ _SRC_PASS2 = r'''    }
         void (*f)(const float *, long, const long *, long, const float *, const long *, int, int, int, int, float, float *, const float **, float *, long, long, const unsigned long long *) =
           hd == 64 ? (nr == 1 ? attend1_64 : nr == 2 ? attend2_64 : nr == 3 ? attend3_64 : attend4_64)
                    : (nr == 1 ? attend1_0 : nr == 2 ? attend2_0 : nr == 3 ? attend3_0 : attend4_0);
-        f(qq, 3 * D, nk, (long)c * KC, kvl, tb, S, D, h * hd, hd, scale, p, kp, pp, (long)H * NC * PS(hd), a->tanc ? a->tbase[b] : 0, a->tanc ? a->tanc + b * T + t0 : 0);
+        f(qq, 3 * D, nk, (long)c * KC, kvl, tb, S, D, h * hd, hd, scale, p, kp, pp, (long)H * NC * PS(hd), a->tanc ? a->tbase[b] : 0,
+          a->tanc && (long)(c + 1) * KC > a->tbase[b] ? a->tanc + b * T + t0 : 0);   /* a chunk of keys all before the root: no mask */
       }
       STAGE(3);
       #pragma omp for schedule(static)
@@ -981,6 +982,113 @@ void smallem_gemm(int R, int K, int N, const float *X, const float *W, float *Y,
   float one[R]; for (int r = 0; r < R; r++) one[r] = 1.0f;
   #pragma omp parallel num_threads(nthreads)
   gemm(R, K, N, X, K, W, Y, N, one, 0);
+}
+'''
+
+# %% ../nbs/12a_fused_cpu.ipynb #7a88b436
+_SRC_ROUND = r'''
+/* A round of speculation in one call, for the MTP module (draft = 0) or a draft model (draft = 1). t: the target,
+   its page table, starts and nnew (ks[b] + 1) set by the caller; m: the proposer, its page table set and its pages
+   appended for 2K tokens past its true text. io: d [B, K] the guesses to verify, then the next ones; emit [B, K + 1]
+   what each row emits (-1 after); n [B] the guesses kept; knext [B] how many guesses the row's next round may verify.
+   The target's verify pass over [last, d_1 .. d_ks]; greedy (temp 0): the guesses kept while they equal its argmax, then
+   its own token; sampling: the rule of smallem_decide (mode as there) with the uniforms u [B, K + 1] and q [B, K, V], the
+   law each guess was drawn from. Then the proposer's first pass and its chain of the next guesses (knext[b] = min(K,
+   rem[b] - emitted - 1)), drawn with the uniforms that follow, u + B (K + 1), their laws written over q. The MTP
+   module reads the true positions the pass just computed (their states and the tokens after them) from its true length
+   (m's starts, set by the caller); a draft model still holds the guesses it chained, so it reads only what it lacks:
+   from ptrue[b] (its true text's length) plus the guesses it holds that were kept. ints: ks [B], last [B], rem [B] (tokens
+   the row may still emit), ptrue [B]. secs: the target pass, the decision, and the rest. 1: a token outside the vocabulary. */
+int smallem_round(pass_args *t, pass_args *m, int draft, int K, const long *ints, long *io, double *secs,
+                  float temp, const double *u, float *q, int mode) {
+  const int B = t->B, T = K + 1;
+  const long *ks = ints, *last = ints + B, *rem = ints + 2 * B, *ptrue = ints + 3 * B;
+  long *d = io, *emit = d + (long)B * K, *n = emit + (long)B * T, *knext = n + B;
+  long tok[B * T], mtok[B * T], mn[B], ms[B], dec[temp > 0 ? B * (T + 1) : 1]; float work[temp > 0 ? t->V : 1];
+  for (int b = 0; b < B; b++)
+    for (int j = 0; j < T; j++) tok[b * T + j] = j == 0 ? last[b] : j <= ks[b] ? d[b * K + j - 1] : 0;
+  t->tokens = tok; t->R = B * T; t->T = T;
+  double t0 = omp_get_wtime();
+  if (smallem_pass(t)) return 1;
+  double t1 = omp_get_wtime();
+  if (temp > 0) smallem_decide(B, K, t->V, t->logits, temp, q, d, ks, u, mode, work, dec);
+  for (int b = 0; b < B; b++) {
+    long j = 0;
+    if (temp > 0) j = dec[b * (T + 1) + T];
+    else while (j < ks[b] && t->best[b * T + j] == d[b * K + j]) j++;
+    n[b] = j;
+    for (int i = 0; i < T; i++) emit[b * T + i] = i < j ? d[b * K + i] : i > j ? -1 : temp > 0 ? dec[b * (T + 1) + j] : t->best[b * T + j];
+    long held = draft ? (j < ks[b] - 1 ? j : ks[b] > 0 ? ks[b] - 1 : 0) : 0;   /* kept guesses the draft model holds */
+    mn[b] = j + 1 - held; if (draft) ms[b] = ptrue[b] + held;
+    for (int i = 0; i < T; i++) mtok[b * T + i] = i < mn[b] ? emit[b * T + held + i] : 0;
+    long r = rem[b] - j - 2; knext[b] = r < 0 ? 0 : r < K ? r : K;
+  }
+  double t2 = omp_get_wtime();
+  m->tokens = mtok; m->R = B * T; m->T = T; m->nnew = mn;
+  if (draft) m->starts = ms; else m->h_in = t->x;
+  int bad = smallem_chain(m, K, knext, d, temp, temp > 0 ? u + (long)B * T : NULL, q, NULL, NULL);
+  secs[0] = t1 - t0; secs[1] = t2 - t1; secs[2] = omp_get_wtime() - t2;
+  return bad;
+}
+/* Rounds of smallem_round one after another, as long as no row has emitted all it may and some row has a guess to verify
+   (at most maxr): the caller has given both caches pages for each row's whole text, so only lengths move, and they are
+   kept here: the target's starts (t's), the module's (m's) or the draft model's true length (ptrue), each row's last token,
+   the tokens it may still emit, and the next round's ks (knext). toks [B, cap]: the tokens each row emitted, in order;
+   log [rounds, B, 2]: each round's ks and guesses kept, per row; rsecs [rounds]: each round's seconds; u advances by
+   B (2K + 1) uniforms a round. Returns the rounds run, or -1 (a token outside the vocabulary). */
+int smallem_rounds(pass_args *t, pass_args *m, int draft, int K, int maxr, long *ints, long *io, double *secs,
+                   float temp, const double *u, float *q, int mode, long *toks, long cap, long *log, double *rsecs) {
+  const int B = t->B, T = K + 1;
+  long *tst = (long *)t->starts, *tnn = (long *)t->nnew, *mst = draft ? NULL : (long *)m->starts;
+  long *ks = ints, *last = ints + B, *rem = ints + 2 * B, *ptrue = ints + 3 * B;
+  long *emit = io + (long)B * K, *n = emit + (long)B * T, *knext = n + B, cnt[B];
+  double s3[3]; int r = 0;
+  secs[0] = secs[1] = secs[2] = 0;
+  for (int b = 0; b < B; b++) cnt[b] = 0;
+  while (r < maxr) {
+    double r0 = omp_get_wtime();
+    for (int b = 0; b < B; b++) tnn[b] = ks[b] + 1;
+    if (smallem_round(t, m, draft, K, ints, io, s3, temp, temp > 0 ? u + (long)r * B * (2 * K + 1) : NULL, q, mode)) return -1;
+    for (int i = 0; i < 3; i++) secs[i] += s3[i];
+    int stop = 0; long kmax = 0;
+    for (int b = 0; b < B; b++) {
+      long j = n[b];
+      for (long i = 0; i <= j; i++) toks[b * cap + cnt[b] + i] = emit[b * T + i];
+      cnt[b] += j + 1; last[b] = emit[b * T + j]; rem[b] -= j + 1; tst[b] += j + 1;
+      if (draft) ptrue[b] += j + 1; else mst[b] += j + 1;
+      log[((long)r * B + b) * 2] = ks[b]; log[((long)r * B + b) * 2 + 1] = j;
+      ks[b] = knext[b]; if (ks[b] > kmax) kmax = ks[b];
+      if (rem[b] <= 0) stop = 1;
+    }
+    rsecs[r++] = omp_get_wtime() - r0;
+    if (stop || kmax == 0) break;
+  }
+  return r;
+}
+'''
+_SRC_PEAK = r'''
+/* The processor's own ceiling for fp32 products, the bound a pass's arithmetic cannot beat: each thread runs 12 independent
+   chains of 16-lane multiply-adds on registers, nothing read from memory (enough chains to fill every FMA unit). GFLOP/s. */
+#if defined(__AVX512F__)
+typedef v16 vpeak;                                /* one register each: 12 chains and two constants fit in 32 */
+#else
+typedef v8 vpeak;                                 /* AVX2: 16 registers of 8 lanes */
+#endif
+#define VPL ((int)(sizeof(vpeak) / 4))
+double smallem_peak(int nthreads, long iters) {
+  float sink = 0; double t0 = omp_get_wtime();
+  #pragma omp parallel num_threads(nthreads) reduction(+:sink)
+  {
+    vpeak acc[12], m, c;
+    for (int i = 0; i < VPL; i++) { m[i] = 0.9999999f; c[i] = 1e-7f * (omp_get_thread_num() + 1); }
+    for (int j = 0; j < 12; j++) acc[j] = c * (float)(j + 1);
+    for (long it = 0; it < iters; it++)
+      for (int j = 0; j < 12; j++) acc[j] = acc[j] * m + c;
+    vpeak s = acc[0]; for (int j = 1; j < 12; j++) s += acc[j];
+    for (int i = 0; i < VPL; i++) sink += s[i];
+  }
+  double dt = omp_get_wtime() - t0;
+  return sink == -1.0f ? 0 : 2.0 * VPL * 12 * (double)iters * nthreads / dt / 1e9;   /* the sink keeps the chains alive */
 }
 '''
 
@@ -1116,114 +1224,6 @@ int smallem_tree_rounds(pass_args *t, pass_args *m, int n, int nd, const long *p
     if (any) break;
   }
   return r;
-}
-'''
-
-
-# %% ../nbs/12a_fused_cpu.ipynb #7a88b436
-_SRC_ROUND = r'''
-/* A round of speculation in one call, for the MTP module (draft = 0) or a draft model (draft = 1). t: the target,
-   its page table, starts and nnew (ks[b] + 1) set by the caller; m: the proposer, its page table set and its pages
-   appended for 2K tokens past its true text. io: d [B, K] the guesses to verify, then the next ones; emit [B, K + 1]
-   what each row emits (-1 after); n [B] the guesses kept; knext [B] how many guesses the row's next round may verify.
-   The target's verify pass over [last, d_1 .. d_ks]; greedy (temp 0): the guesses kept while they equal its argmax, then
-   its own token; sampling: the rule of smallem_decide (mode as there) with the uniforms u [B, K + 1] and q [B, K, V], the
-   law each guess was drawn from. Then the proposer's first pass and its chain of the next guesses (knext[b] = min(K,
-   rem[b] - emitted - 1)), drawn with the uniforms that follow, u + B (K + 1), their laws written over q. The MTP
-   module reads the true positions the pass just computed (their states and the tokens after them) from its true length
-   (m's starts, set by the caller); a draft model still holds the guesses it chained, so it reads only what it lacks:
-   from ptrue[b] (its true text's length) plus the guesses it holds that were kept. ints: ks [B], last [B], rem [B] (tokens
-   the row may still emit), ptrue [B]. secs: the target pass, the decision, and the rest. 1: a token outside the vocabulary. */
-int smallem_round(pass_args *t, pass_args *m, int draft, int K, const long *ints, long *io, double *secs,
-                  float temp, const double *u, float *q, int mode) {
-  const int B = t->B, T = K + 1;
-  const long *ks = ints, *last = ints + B, *rem = ints + 2 * B, *ptrue = ints + 3 * B;
-  long *d = io, *emit = d + (long)B * K, *n = emit + (long)B * T, *knext = n + B;
-  long tok[B * T], mtok[B * T], mn[B], ms[B], dec[temp > 0 ? B * (T + 1) : 1]; float work[temp > 0 ? t->V : 1];
-  for (int b = 0; b < B; b++)
-    for (int j = 0; j < T; j++) tok[b * T + j] = j == 0 ? last[b] : j <= ks[b] ? d[b * K + j - 1] : 0;
-  t->tokens = tok; t->R = B * T; t->T = T;
-  double t0 = omp_get_wtime();
-  if (smallem_pass(t)) return 1;
-  double t1 = omp_get_wtime();
-  if (temp > 0) smallem_decide(B, K, t->V, t->logits, temp, q, d, ks, u, mode, work, dec);
-  for (int b = 0; b < B; b++) {
-    long j = 0;
-    if (temp > 0) j = dec[b * (T + 1) + T];
-    else while (j < ks[b] && t->best[b * T + j] == d[b * K + j]) j++;
-    n[b] = j;
-    for (int i = 0; i < T; i++) emit[b * T + i] = i < j ? d[b * K + i] : i > j ? -1 : temp > 0 ? dec[b * (T + 1) + j] : t->best[b * T + j];
-    long held = draft ? (j < ks[b] - 1 ? j : ks[b] > 0 ? ks[b] - 1 : 0) : 0;   /* kept guesses the draft model holds */
-    mn[b] = j + 1 - held; if (draft) ms[b] = ptrue[b] + held;
-    for (int i = 0; i < T; i++) mtok[b * T + i] = i < mn[b] ? emit[b * T + held + i] : 0;
-    long r = rem[b] - j - 2; knext[b] = r < 0 ? 0 : r < K ? r : K;
-  }
-  double t2 = omp_get_wtime();
-  m->tokens = mtok; m->R = B * T; m->T = T; m->nnew = mn;
-  if (draft) m->starts = ms; else m->h_in = t->x;
-  int bad = smallem_chain(m, K, knext, d, temp, temp > 0 ? u + (long)B * T : NULL, q, NULL, NULL);
-  secs[0] = t1 - t0; secs[1] = t2 - t1; secs[2] = omp_get_wtime() - t2;
-  return bad;
-}
-/* Rounds of smallem_round one after another, as long as no row has emitted all it may and some row has a guess to verify
-   (at most maxr): the caller has given both caches pages for each row's whole text, so only lengths move, and they are
-   kept here: the target's starts (t's), the module's (m's) or the draft model's true length (ptrue), each row's last token,
-   the tokens it may still emit, and the next round's ks (knext). toks [B, cap]: the tokens each row emitted, in order;
-   log [rounds, B, 2]: each round's ks and guesses kept, per row; rsecs [rounds]: each round's seconds; u advances by
-   B (2K + 1) uniforms a round. Returns the rounds run, or -1 (a token outside the vocabulary). */
-int smallem_rounds(pass_args *t, pass_args *m, int draft, int K, int maxr, long *ints, long *io, double *secs,
-                   float temp, const double *u, float *q, int mode, long *toks, long cap, long *log, double *rsecs) {
-  const int B = t->B, T = K + 1;
-  long *tst = (long *)t->starts, *tnn = (long *)t->nnew, *mst = draft ? NULL : (long *)m->starts;
-  long *ks = ints, *last = ints + B, *rem = ints + 2 * B, *ptrue = ints + 3 * B;
-  long *emit = io + (long)B * K, *n = emit + (long)B * T, *knext = n + B, cnt[B];
-  double s3[3]; int r = 0;
-  secs[0] = secs[1] = secs[2] = 0;
-  for (int b = 0; b < B; b++) cnt[b] = 0;
-  while (r < maxr) {
-    double r0 = omp_get_wtime();
-    for (int b = 0; b < B; b++) tnn[b] = ks[b] + 1;
-    if (smallem_round(t, m, draft, K, ints, io, s3, temp, temp > 0 ? u + (long)r * B * (2 * K + 1) : NULL, q, mode)) return -1;
-    for (int i = 0; i < 3; i++) secs[i] += s3[i];
-    int stop = 0; long kmax = 0;
-    for (int b = 0; b < B; b++) {
-      long j = n[b];
-      for (long i = 0; i <= j; i++) toks[b * cap + cnt[b] + i] = emit[b * T + i];
-      cnt[b] += j + 1; last[b] = emit[b * T + j]; rem[b] -= j + 1; tst[b] += j + 1;
-      if (draft) ptrue[b] += j + 1; else mst[b] += j + 1;
-      log[((long)r * B + b) * 2] = ks[b]; log[((long)r * B + b) * 2 + 1] = j;
-      ks[b] = knext[b]; if (ks[b] > kmax) kmax = ks[b];
-      if (rem[b] <= 0) stop = 1;
-    }
-    rsecs[r++] = omp_get_wtime() - r0;
-    if (stop || kmax == 0) break;
-  }
-  return r;
-}
-'''
-_SRC_PEAK = r'''
-/* The processor's own ceiling for fp32 products, the bound a pass's arithmetic cannot beat: each thread runs 12 independent
-   chains of 16-lane multiply-adds on registers, nothing read from memory (enough chains to fill every FMA unit). GFLOP/s. */
-#if defined(__AVX512F__)
-typedef v16 vpeak;                                /* one register each: 12 chains and two constants fit in 32 */
-#else
-typedef v8 vpeak;                                 /* AVX2: 16 registers of 8 lanes */
-#endif
-#define VPL ((int)(sizeof(vpeak) / 4))
-double smallem_peak(int nthreads, long iters) {
-  float sink = 0; double t0 = omp_get_wtime();
-  #pragma omp parallel num_threads(nthreads) reduction(+:sink)
-  {
-    vpeak acc[12], m, c;
-    for (int i = 0; i < VPL; i++) { m[i] = 0.9999999f; c[i] = 1e-7f * (omp_get_thread_num() + 1); }
-    for (int j = 0; j < 12; j++) acc[j] = c * (float)(j + 1);
-    for (long it = 0; it < iters; it++)
-      for (int j = 0; j < 12; j++) acc[j] = acc[j] * m + c;
-    vpeak s = acc[0]; for (int j = 1; j < 12; j++) s += acc[j];
-    for (int i = 0; i < VPL; i++) sink += s[i];
-  }
-  double dt = omp_get_wtime() - t0;
-  return sink == -1.0f ? 0 : 2.0 * VPL * 12 * (double)iters * nthreads / dt / 1e9;   /* the sink keeps the chains alive */
 }
 '''
 _SRC_PASS = _SRC_PASS1 + _SRC_PASS2 + _SRC_PASS3 + _SRC_PASS4 + _SRC_ROUND + _SRC_TREE + _SRC_PEAK

@@ -321,7 +321,7 @@ _RULES = {'exact': 0, 'unchanged': 1, 'keep': 2}   # sampled_walk's rule and its
 
 def _library_rounds(target, proposer, shape, temperature, on_round):   # the FusedPass whose library runs the rounds, or None
     fp = getattr(target, 'fused', None)
-    if (fp is None or not hasattr(fp, 'tree_rounds') or getattr(fp, 'mtp', None) is None or (temperature > 0 and fp.cfg.vocab_size % 16) or on_round is not None
+    if (fp is None or not hasattr(fp, 'tree_rounds') or getattr(fp, 'mtp', None) is None or (temperature > 0 and (fp.cfg.vocab_size % 16 or type(temperature) not in (int, float))) or on_round is not None
             or type(proposer) is not TreeMTP or proposer.target is not target or proposer.mask is not None or shape.nodes is not None
             or os.environ.get('SMALLEM_ROUNDS', 'fused') != 'fused'): return None
     return fp

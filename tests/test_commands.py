@@ -42,6 +42,8 @@ REFUSED = [
     ('smallem_bench', ['--preset', 'huge'], 'unknown preset'),
     ('smallem_bench', ['--reference', '--precision', 'bf16'], 'runs in fp32'),
     ('smallem_bench', ['--precision', 'fp8'], 'invalid choice'),
+    ('smallem_bench', ['--trees', '3x'], 'tree shape'),
+    ('smallem_bench', ['--trees', '2', '--proposers', 'ngram'], 'grow from a drafter'),
     ('smallem_kernels', ['--reps', '1'], 'need --reps'),
     ('smallem_kernels', ['--preset', 'huge'], 'unknown preset'),
     ('smallem_kernels', ['--json', '/nonexistent/dir/k.json'], 'cannot write --json'),
@@ -98,14 +100,18 @@ def test_exactness_command():
 def test_bench_small(tmp_path):
     j, png = tmp_path/'b.json', tmp_path/'b.png'
     r = run('smallem_bench', '--preset', 'cpu', '--prompts', '2', '--new-tokens', '12', '--k', '1,2,adaptive', '--proposers', 'draft2,mtp,ngram',
-            '--temperature', '0,1', '--batch', '1,2', '--json', str(j), '--plot', str(png))
+            '--temperature', '0,1', '--batch', '1,2', '--trees', '2x1', '--json', str(j), '--plot', str(png))
     assert r.returncode == 0, r.stderr[-2000:]
     import json
     res = json.loads(j.read_text()); rows = res['rows']
     assert res['meta']['cpu_info']['model'] and res['meta']['torch'] == __import__('torch').__version__   # the file says where it was measured
     keys = {'proposer', 'k', 'temperature', 'batch', 'tokens_per_s', 'speedup', 'alpha_per_position', 'tokens_per_round', 'predicted_speedup', 'identical'}
     assert all(keys <= set(r) for r in rows)
+    trees = [r for r in rows if r['proposer'].endswith('_tree')]; rows = [r for r in rows if r not in trees]
     assert len(rows) == 2 * 2 * (2 + 3 * 3), len(rows)     # target alone on the fast path and on the reference code, 9 speculative rows
+    assert len(trees) == 2 * 2 * 2 and {(r['proposer'], r['rounds']) for r in trees} == {('mtp_tree', 'library'), ('draft2_tree', 'python')}   # --trees 2x1: every proposer but ngram
+    assert all(r['identical'] for r in trees if r['temperature'] == 0) and all(r['k'] == '2x1' and r['predicted_speedup'] > 0 for r in trees)
+    assert 'trees: best' in r.stdout, r.stdout[-1500:]
     assert all(r['identical'] for r in rows if r['temperature'] == 0 and not r['proposer'].startswith('none')), "a greedy row differs from the target alone"
     assert {r['path'] for r in rows if r['proposer'] == 'none (reference)'} == {'reference'} and {r['path'] for r in rows if r['proposer'] == 'mtp'} == {'fast'}
     assert png.stat().st_size > 10_000
