@@ -1695,9 +1695,8 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
 def tree_rounds(self:FusedPass, cache, sids, room:list[int], pcache, psids, proom:list[int], tokens:torch.Tensor, shape, rem:list[int], maxr:int,
                 temperature:float=0.0, u:torch.Tensor|None=None, mode:int=0):
     "Token-tree rounds with the MTP module in one call (`smallem_tree_rounds`; 09a_trees), greedy or sampled (`temperature` > 0, with `u`: maxr · B · (n + 1) float64 uniforms in the order the rounds read them; `mode` 1 and 2: the planted bugs of `sampled_walk`): `tokens` [B, n] each row's first tree of the static `shape` (the root its last token), overwritten with the next trees; `cache`, `pcache`: the target's and the module's, each sequence's length its true one, given pages here up to `room`, `proom` slots a row (the whole text and a tree past it). Returns (the tokens each row emitted, each round's path per row [rounds][B][depth] (nodes past the root, -1 after), the rounds' seconds); the caches' lengths follow the text."
-    from .tree import Tree, parse_shape
-    shape, c, B, nth = parse_shape(shape), self.cfg, len(sids), torch.get_num_threads()
-    if shape.nodes is not None: raise SmallemError("tree rounds in the fused library grow static trees")
+    c, B, nth = self.cfg, len(sids), torch.get_num_threads()   # shape: a static `TreeShape` (09a_trees, which this module precedes)
+    if getattr(shape, 'nodes', 0) is not None: raise SmallemError("tree rounds in the fused library grow static trees: give a static TreeShape (`parse_shape`, 09a_trees)")
     lv = [0, 1]
     for x in shape.levels(): lv.append(lv[-1] + x)
     n, nd, D, V = lv[-1], len(shape.branch), c.dim, c.vocab_size
@@ -1706,8 +1705,9 @@ def tree_rounds(self:FusedPass, cache, sids, room:list[int], pcache, psids, proo
         raise SmallemError(f"{maxr} sampled tree rounds need {maxr * B * (n + 1)} contiguous float64 uniforms")
     if n > 64: raise SmallemError(f"a tree on the fused kernel holds at most 64 nodes ({shape} has {n})")
     par = [-1] + [lv[d] + (j - lv[d + 1]) // b for d, b in enumerate(shape.branch) for j in range(lv[d + 1], lv[d + 2])]
-    tr = Tree(torch.zeros(1, n, dtype=torch.long), torch.tensor([par]))
-    anc = [(int(x) + (1 << 63)) % (1 << 64) - (1 << 63) for x in (tr.anc[0].long() << torch.arange(n)).sum(-1).tolist()]
+    dep, anc = [0] * n, [1] + [0] * (n - 1)   # each node's depth and the bits of the nodes it sees (its ancestors and itself)
+    for j in range(1, n): dep[j], anc[j] = dep[par[j]] + 1, anc[par[j]] | 1 << j
+    anc = [(x + (1 << 63)) % (1 << 64) - (1 << 63) for x in anc]   # as a C long holds them
     tl, ml = [cache.lens[s] for s in sids], [pcache.lens[s] for s in psids]
     cache.append(sids, [x - y for x, y in zip(room, tl)]); pcache.append(psids, [x - y for x, y in zip(proom, ml)])   # pages for the whole text: only lengths move
     Pt, Pm = -(-max(room) // cache.page_size), -(-max(proom) // pcache.page_size)
@@ -1717,7 +1717,7 @@ def tree_rounds(self:FusedPass, cache, sids, room:list[int], pcache, psids, proo
     pad = lambda pages, P: pages + [0] * (P - len(pages))
     vals = ([x for s in sids for x in pad(cache.pages[s], Pt)] + tl + [n] * B
             + [x for s in psids for x in pad(pcache.pages[s], Pm)] + ml + [0] * B
-            + par + lv + list(shape.branch) + [int(d) for d in tr.depth[0].tolist()] + anc + list(rem) + [0] * B)
+            + par + lv + list(shape.branch) + dep + anc + list(rem) + [0] * B)
     ints = (ctypes.c_long * len(vals))(*vals); sz = ctypes.sizeof(ctypes.c_long)
     at = lambda i: ctypes.addressof(ints) + sz * i
     i_m = B * Pt + 2 * B; i_sh = i_m + B * Pm + 2 * B; i_rem = i_sh + 3 * n + len(lv) + nd
