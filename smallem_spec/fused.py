@@ -1094,22 +1094,24 @@ double smallem_peak(int nthreads, long iters) {
 
 # %% ../nbs/12a_fused_cpu.ipynb #b7e3f1a2
 _SRC_TREE = r'''
-/* Token-tree rounds in one call (09a_trees), the target's MTP module growing a static tree. Each row's tree has n
+/* Token-tree rounds in one call (09a_trees), the target's MTP module (draft = 0) or a draft model (draft = 1) growing a
+   static tree. Each row's tree has n
    nodes: node 0 the root (the row's last token, not yet in the target's cache), then the guesses level by level, level d
    (1 .. nd) being nodes lv[d] .. lv[d + 1] - 1, each node of level d - 1 with br[d - 1] children side by side in the order
    of their rank; par, dep, anc [n]: each node's parent, depth and ancestor mask (tree_sees). tok [B, n]: the trees to
    verify (the first grown by the caller), then the next ones. t: the target, its page table and starts (each row's true
-   length, which is its root's slot) set; m: the module, its page table and starts (its true length) set; both caches hold
-   pages for the whole text and a tree. A round: the target's pass over every row's tree; from the root, greedy (temp 0),
+   length, which is its root's slot) set; m: the proposer, its page table and starts (its true length: the module's pairs,
+   or the draft model's tokens, the root included) set; both caches hold pages for the whole text and a tree. A round: the target's pass over every row's tree; from the root, greedy (temp 0),
    the child holding the target's argmax while there is one, then that argmax; sampling, each node's children tried in
    rank order as point-mass guesses against the residual r (p = softmax(logits / temp) at the node, refused children
    taken out): child j kept when u[j] < r(x) / sum r, all refused a draw from r with u[n], an accepted leaf a draw from p
    (u: n + 1 uniforms a row and round; mode 1 tries each child against p itself, mode 2 never takes refused children out:
    the planted bugs of `sampled_walk`); the kept path's keys and values moved to the slots a chain puts them in; the
-   module reads the new true pairs (the target's state at each node of the path, the token after it) and grows the next
-   tree, one pass per level but the last, each node's input its parent's module state and its own token, its children
-   the br[d] largest logits (the first largest first). rem [B]: tokens each row may still emit; cnt [B]: tokens in toks
-   [B, cap] (both updated). hs, st: scratch of [B n D] floats. log [maxr, B, nd + 1]: each round's path (nodes past the
+   proposer reads what is new (the module: the true pairs, the target's state at each node of the path and the token
+   after it; a draft model: the tokens emitted) and grows the next tree, one pass per level but the last, each node's
+   input its own token (and, for the module, its parent's module state), its children the br[d] largest logits (the
+   first largest first). rem [B]: tokens each row may still emit; cnt [B]: tokens in toks
+   [B, cap] (both updated). hs, st: scratch of [B n D] floats (D the proposer's width). log [maxr, B, nd + 1]: each round's path (nodes past the
    root, -1 after); rsecs [maxr]: each round's seconds. Rounds go on until a row has emitted what it may, or maxr of
    them. Returns the rounds run, or -1 (a token outside the vocabulary). */
 static void top_children(const float *l, int V, int b, long *out) {
@@ -1124,10 +1126,10 @@ static void top_children(const float *l, int V, int b, long *out) {
   }
 }
 
-int smallem_tree_rounds(pass_args *t, pass_args *m, int n, int nd, const long *par, const long *lv, const long *br,
+int smallem_tree_rounds(pass_args *t, pass_args *m, int draft, int n, int nd, const long *par, const long *lv, const long *br,
                         const long *dep, const unsigned long long *anc, int maxr, long *tok, long *rem, float *hs, float *st,
                         long *toks, long cap, long *cnt, long *log, double *rsecs, float temp, const double *u, int mode) {
-  const int B = t->B, D = t->D, V = t->V, S = t->S;
+  const int B = t->B, D = t->D, Dm = m->D, V = t->V, S = t->S;
   long *tst = (long *)t->starts, *tnn = (long *)t->nnew, *mst = (long *)m->starts;
   long path[B][nd + 1], plen[B], em[B][nd + 1], mtok[B * n], mnn[B], mstart[B], mbase[B], hrow[B], tdep[B * n], ldep[B * n];
   unsigned long long tanc[B * n], lanc[B * n];
@@ -1180,20 +1182,20 @@ int smallem_tree_rounds(pass_args *t, pass_args *m, int n, int nd, const long *p
       if (L > Tm) Tm = L;
       if (rem[b] <= 0) any = 1; else all = 0;
     }
-    for (int b = 0; b < B; b++) {                 /* the true pairs, padded to Tm rows a row */
+    for (int b = 0; b < B; b++) {                 /* what the proposer reads, padded to Tm rows a row */
       for (long i = 0; i < Tm; i++) {
-        memcpy(hs + ((long)b * Tm + i) * D, t->x + ((long)b * n + path[b][i < plen[b] ? i : 0]) * D, (size_t)D * 4);
+        if (!draft) memcpy(hs + ((long)b * Tm + i) * D, t->x + ((long)b * n + path[b][i < plen[b] ? i : 0]) * D, (size_t)D * 4);
         mtok[b * Tm + i] = i < plen[b] ? em[b][i] : 0;
       }
       mnn[b] = plen[b]; hrow[b] = (long)b * Tm + plen[b] - 1;
       tst[b] += plen[b]; tok[(long)b * n] = em[b][plen[b] - 1];   /* the root and the kept guesses are the text now */
     }
     if (!all) {
-      m->R = B * Tm; m->T = Tm; m->tokens = mtok; m->nnew = mnn; m->h_in = hs; m->hrows = hrow; m->nh = B;
+      m->R = B * Tm; m->T = Tm; m->tokens = mtok; m->nnew = mnn; m->h_in = draft ? NULL : hs; m->hrows = hrow; m->nh = B;
       bad = smallem_pass(m); m->hrows = NULL;
       if (bad) return -1;
       for (int b = 0; b < B; b++) {
-        memcpy(st + (long)b * n * D, m->x + hrow[b] * D, (size_t)D * 4);   /* the root's module state */
+        if (!draft) memcpy(st + (long)b * n * Dm, m->x + hrow[b] * Dm, (size_t)Dm * 4);   /* the root's module state */
         top_children(m->logits + (long)b * V, V, (int)br[0], tok + (long)b * n + lv[1]);
         mst[b] += plen[b]; mbase[b] = mst[b] - 1;                          /* the root: the last pair's slot */
       }
@@ -1203,11 +1205,11 @@ int smallem_tree_rounds(pass_args *t, pass_args *m, int n, int nd, const long *p
           for (int i = 0; i < w; i++) {
             long j = lv[d] + i;
             mtok[b * w + i] = tok[(long)b * n + j]; ldep[b * w + i] = dep[j]; lanc[b * w + i] = anc[j];
-            memcpy(hs + ((long)b * w + i) * D, st + ((long)b * n + par[j]) * D, (size_t)D * 4);
+            if (!draft) memcpy(hs + ((long)b * w + i) * Dm, st + ((long)b * n + par[j]) * Dm, (size_t)Dm * 4);
           }
           mnn[b] = w; mstart[b] = mbase[b] + lv[d];
         }
-        m->R = B * w; m->T = w; m->tokens = mtok; m->nnew = mnn; m->starts = mstart; m->h_in = hs;
+        m->R = B * w; m->T = w; m->tokens = mtok; m->nnew = mnn; m->starts = mstart; m->h_in = draft ? NULL : hs;
         m->tbase = mbase; m->tdepth = ldep; m->tanc = lanc;
         bad = smallem_pass(m);
         m->starts = mst; m->tbase = m->tdepth = NULL; m->tanc = NULL;
@@ -1215,7 +1217,7 @@ int smallem_tree_rounds(pass_args *t, pass_args *m, int n, int nd, const long *p
         for (int b = 0; b < B; b++)
           for (int i = 0; i < w; i++) {
             long j = lv[d] + i;
-            memcpy(st + ((long)b * n + j) * D, m->x + ((long)b * w + i) * D, (size_t)D * 4);
+            if (!draft) memcpy(st + ((long)b * n + j) * Dm, m->x + ((long)b * w + i) * Dm, (size_t)Dm * 4);
             top_children(m->logits + ((long)b * w + i) * V, V, (int)br[d], tok + (long)b * n + lv[d + 1] + (long)i * br[d]);
           }
       }
@@ -1297,7 +1299,7 @@ def _bind(lib):
     lib.smallem_round.argtypes = [ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     lib.smallem_rounds.argtypes = ([ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
                                    + [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p])
-    lib.smallem_tree_rounds.argtypes = ([ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 5 + [ctypes.c_int]
+    lib.smallem_tree_rounds.argtypes = ([ctypes.POINTER(PassArgs)] * 2 + [ctypes.c_int] * 3 + [ctypes.c_void_p] * 5 + [ctypes.c_int]
                                         + [ctypes.c_void_p] * 5 + [ctypes.c_long] + [ctypes.c_void_p] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int])
     lib.smallem_work_floats.restype = ctypes.c_long
     lib.smallem_work_floats.argtypes = [ctypes.c_int] * 5
@@ -1693,8 +1695,8 @@ def generate_rounds(self:FusedPass, target, proposer, prompts:list[list[int]], m
 # %% ../nbs/12a_fused_cpu.ipynb #c4d9e0f3
 @patch
 def tree_rounds(self:FusedPass, cache, sids, room:list[int], pcache, psids, proom:list[int], tokens:torch.Tensor, shape, rem:list[int], maxr:int,
-                temperature:float=0.0, u:torch.Tensor|None=None, mode:int=0):
-    "Token-tree rounds with the MTP module in one call (`smallem_tree_rounds`; 09a_trees), greedy or sampled (`temperature` > 0, with `u`: maxr · B · (n + 1) float64 uniforms in the order the rounds read them; `mode` 1 and 2: the planted bugs of `sampled_walk`): `tokens` [B, n] each row's first tree of the static `shape` (the root its last token), overwritten with the next trees; `cache`, `pcache`: the target's and the module's, each sequence's length its true one, given pages here up to `room`, `proom` slots a row (the whole text and a tree past it). Returns (the tokens each row emitted, each round's path per row [rounds][B][depth] (nodes past the root, -1 after), the rounds' seconds); the caches' lengths follow the text."
+                temperature:float=0.0, u:torch.Tensor|None=None, mode:int=0, draft=None):
+    "Token-tree rounds with the MTP module (or, given `draft`, a draft model's `FusedPass`) in one call (`smallem_tree_rounds`; 09a_trees), greedy or sampled (`temperature` > 0, with `u`: maxr · B · (n + 1) float64 uniforms in the order the rounds read them; `mode` 1 and 2: the planted bugs of `sampled_walk`): `tokens` [B, n] each row's first tree of the static `shape` (the root its last token), overwritten with the next trees; `cache`, `pcache`: the target's and the proposer's, each sequence's length its true one, given pages here up to `room`, `proom` slots a row (the whole text and a tree past it). Returns (the tokens each row emitted, each round's path per row [rounds][B][depth] (nodes past the root, -1 after), the rounds' seconds); the caches' lengths follow the text."
     c, B, nth = self.cfg, len(sids), torch.get_num_threads()   # shape: a static `TreeShape` (09a_trees, which this module precedes)
     if getattr(shape, 'nodes', 0) is not None: raise SmallemError("tree rounds in the fused library grow static trees: give a static TreeShape (`parse_shape`, 09a_trees)")
     lv = [0, 1]
@@ -1712,8 +1714,9 @@ def tree_rounds(self:FusedPass, cache, sids, room:list[int], pcache, psids, proo
     cache.append(sids, [x - y for x, y in zip(room, tl)]); pcache.append(psids, [x - y for x, y in zip(proom, ml)])   # pages for the whole text: only lengths move
     Pt, Pm = -(-max(room) // cache.page_size), -(-max(proom) // pcache.page_size)
     top = max(c.max_seq_len, cache.max_len, pcache.max_len)
-    work = torch.empty(self.lib.smallem_work_floats(B * n, D, c.ffn_dim, top - 1, nth))
-    fl, lo = torch.empty(2 * B * n * (D + V)), torch.empty(2 * B * n, dtype=torch.long)
+    owner = draft or self; Dm = owner.cfg.dim   # the proposer's width
+    work = torch.empty(max(self.lib.smallem_work_floats(B * n, D, c.ffn_dim, top - 1, nth), self.lib.smallem_work_floats(B * n, Dm, owner.cfg.ffn_dim, top - 1, nth)))
+    fl, lo = torch.empty(B * n * (D + V + Dm + V)), torch.empty(2 * B * n, dtype=torch.long)
     pad = lambda pages, P: pages + [0] * (P - len(pages))
     vals = ([x for s in sids for x in pad(cache.pages[s], Pt)] + tl + [n] * B
             + [x for s in psids for x in pad(pcache.pages[s], Pm)] + ml + [0] * B
@@ -1721,17 +1724,17 @@ def tree_rounds(self:FusedPass, cache, sids, room:list[int], pcache, psids, proo
     ints = (ctypes.c_long * len(vals))(*vals); sz = ctypes.sizeof(ctypes.c_long)
     at = lambda i: ctypes.addressof(ints) + sz * i
     i_m = B * Pt + 2 * B; i_sh = i_m + B * Pm + 2 * B; i_rem = i_sh + 3 * n + len(lv) + nd
-    t, m = PassArgs.from_buffer_copy(self.main['args']), PassArgs.from_buffer_copy(self.mtp['args'])
+    t, m = PassArgs.from_buffer_copy(self.main['args']), PassArgs.from_buffer_copy((self.mtp if draft is None else draft.main)['args'])
     f0, l0 = fl.data_ptr(), lo.data_ptr()
-    for a, P, S, i0, kv, x, best in ((t, Pt, cache.page_size, 0, cache.kv, f0, l0), (m, Pm, pcache.page_size, i_m, pcache.kv, f0 + 4 * B * n * (D + V), l0 + 8 * B * n)):
+    for a, P, S, i0, kv, x, w, best in ((t, Pt, cache.page_size, 0, cache.kv, f0, D, l0), (m, Pm, pcache.page_size, i_m, pcache.kv, f0 + 4 * B * n * (D + V), Dm, l0 + 8 * B * n)):
         a.B, a.S, a.P, a.nthreads, a.kv, a.slots = B, S, P, nth, kv.data_ptr(), kv.shape[1]
         a.pt, a.starts, a.nnew = at(i0), at(i0 + B * P), at(i0 + B * P + B)
-        a.x, a.logits, a.best, a.work = x, x + 4 * B * n * D, best, work.data_ptr()
+        a.x, a.logits, a.best, a.work = x, x + 4 * B * n * w, best, work.data_ptr()
         a.tdepth = a.tbase = a.tanc = a.hrows = None
-    hs, st = torch.empty(B * n * D), torch.empty(B * n * D)
+    hs, st = torch.empty(B * n * max(D, Dm)), torch.empty(B * n * Dm)
     cap = max(rem) + nd + 1
     toks, log, rs = (ctypes.c_long * (B * cap))(), (ctypes.c_long * (maxr * B * (nd + 1)))(), (ctypes.c_double * maxr)()
-    r = self.lib.smallem_tree_rounds(ctypes.byref(t), ctypes.byref(m), n, nd, at(i_sh), at(i_sh + n), at(i_sh + n + len(lv)),
+    r = self.lib.smallem_tree_rounds(ctypes.byref(t), ctypes.byref(m), int(draft is not None), n, nd, at(i_sh), at(i_sh + n), at(i_sh + n + len(lv)),
                                      at(i_sh + n + len(lv) + nd), at(i_sh + 2 * n + len(lv) + nd), maxr, tokens.data_ptr(), at(i_rem),
                                      hs.data_ptr(), st.data_ptr(), ctypes.addressof(toks), cap, at(i_rem + B), ctypes.addressof(log), ctypes.addressof(rs),
                                      float(temperature), u.data_ptr() if temperature > 0 else None, mode)

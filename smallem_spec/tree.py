@@ -321,10 +321,12 @@ _RULES = {'exact': 0, 'unchanged': 1, 'keep': 2}   # sampled_walk's rule and its
 
 def _library_rounds(target, proposer, shape, temperature, on_round):   # the FusedPass whose library runs the rounds, or None
     fp = getattr(target, 'fused', None)
-    if (fp is None or not hasattr(fp, 'tree_rounds') or getattr(fp, 'mtp', None) is None or (temperature > 0 and (fp.cfg.vocab_size % 16 or type(temperature) not in (int, float))) or on_round is not None
-            or type(proposer) is not TreeMTP or proposer.target is not target or proposer.mask is not None or shape.nodes is not None
+    if (fp is None or not hasattr(fp, 'tree_rounds') or (temperature > 0 and (fp.cfg.vocab_size % 16 or type(temperature) not in (int, float))) or on_round is not None
+            or type(proposer) not in (TreeMTP, TreeDrafter) or proposer.mask is not None or shape.nodes is not None
             or os.environ.get('SMALLEM_ROUNDS', 'fused') != 'fused'): return None
-    return fp
+    if type(proposer) is TreeMTP: return fp if proposer.target is target and getattr(fp, 'mtp', None) is not None else None
+    d = getattr(proposer.model, 'fused', None)   # a draft model on the same library, with the target's context
+    return fp if d is not None and d.lib is fp.lib and d.cfg.max_seq_len == fp.cfg.max_seq_len else None
 
 def _count_path(st:TreeStats, shape:TreeShape, path:list[int]):
     "Count a greedy path through a static tree (node indices from the root) as `tree_generate` counts a walk."
@@ -344,7 +346,7 @@ def _count_path(st:TreeStats, shape:TreeShape, path:list[int]):
 def tree_generate(target, proposer:TreeProposer, prompts:list[list[int]], max_new_tokens:int, shape='3x2x1',
                   temperature:float=0.0, generator=None, on_round=None,   # on_round(rows, tree, paths, emitted) after each round
                   _rule:str='exact') -> tuple[list[list[int]], TreeStats]:
-    "Speculative decoding with a tree per round and row: the proposer grows it, the target reads all of it in one pass, the walk keeps the path the target agrees with (greedy) or accepts by the rule for point-mass siblings (sampled), and the path's keys and values move to where a chain would have put them. Static trees of the MTP module on the fused kernel run their rounds in the fused library (`FusedPass.tree_rounds`, after the first tree) unless `on_round` watches them or `SMALLEM_ROUNDS=python`."
+    "Speculative decoding with a tree per round and row: the proposer grows it, the target reads all of it in one pass, the walk keeps the path the target agrees with (greedy) or accepts by the rule for point-mass siblings (sampled), and the path's keys and values move to where a chain would have put them. Static trees of the MTP module or a drafter on the fused kernel run their rounds in the fused library (`FusedPass.tree_rounds`, after the first tree) unless `on_round` watches them or `SMALLEM_ROUNDS=python`."
     shape = parse_shape(shape); check_temperature(temperature)
     prompts = check_prompts(prompts, target.cfg.vocab_size, target.cfg.max_seq_len)
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1: raise SmallemError(f"max_new_tokens must be an integer >= 1 (got {max_new_tokens!r})")
@@ -366,12 +368,14 @@ def tree_generate(target, proposer:TreeProposer, prompts:list[list[int]], max_ne
         active = [b for b, o in enumerate(outs) if len(o) < max_new_tokens]
         if lib is not None and active:   # the first trees here, every round after them in the library
             tok = build_tree(proposer, active, torch.tensor([outs[b][-1] for b in active]), shape).tokens.contiguous(); n = tok.shape[1]
-            for i, b in enumerate(active): proposer.cache.keep(proposer.sids[b], proposer.true_len[i])
+            mtp = type(proposer) is TreeMTP   # the proposer's cache back to its true text: the module's pairs, a draft model's tokens
+            for i, b in enumerate(active): proposer.cache.keep(proposer.sids[b], proposer.true_len[i] if mtp else int(proposer.off[i]) + 1)
             while active:
                 rem = [max_new_tokens - len(outs[b]) for b in active]   # each round emits a token a row at least: max(rem) rounds' uniforms
                 u = torch.rand(max(rem) * len(active) * (n + 1), generator=generator, dtype=torch.float64) if temperature > 0 else None
                 em, rounds, _ = lib.tree_rounds(cache, [sids[b] for b in active], [cap[b] + n for b in active], proposer.cache, [proposer.sids[b] for b in active],
-                                                [cap[b] + proposer.extra for b in active], tok, shape, rem, max(rem), temperature, u, _RULES[_rule])
+                                                [cap[b] + proposer.extra for b in active], tok, shape, rem, max(rem), temperature, u, _RULES[_rule],
+                                                None if mtp else proposer.model.fused)
                 for i, b in enumerate(active): outs[b] += em[i]
                 for paths in rounds:
                     for pa in paths: _count_path(st, shape, [0] + [u for u in pa if u >= 0])

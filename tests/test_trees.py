@@ -3,8 +3,8 @@ different lengths; the kept path's keys and values against a fresh pass; greedy 
 each base proposer (mtp, draft2, draft4), static and dynamic trees, batch 1 and 4, 4 prompts x 100 tokens; the sampled law end to end by
 chi-squared with the subtle planted bug rejected (on the fused kernel, rounds in the library and from Python); one-line errors. On the fused CPU kernel: tree passes (target, drafter,
 MTP module) against the reference's, a causal mask in their place rejected; greedy identity for every base proposer
-(mtp, draft2, draft4, draft2_kd, draft4_kd), 8 prompts x 200 tokens at batch 1 and 8; the MTP module's rounds in the fused
-library against the same rounds from Python (text and the walks' counts)."""
+(mtp, draft2, draft4, draft2_kd, draft4_kd), 8 prompts x 200 tokens at batch 1 and 8; static trees' rounds in the fused library
+(the MTP module, drafters) against the same rounds from Python (text and the walks' counts)."""
 import pytest, torch
 from smallem_spec.core import SmallemError
 from smallem_spec.generate import generate
@@ -171,21 +171,23 @@ def test_fused_chain_after_tree(cpu_models, prompts):
     for k in (1, 3): assert speculative_generate(t, MTPProposer(t), ps, 40, k)[0] == plain, f"k={k}: a chain after a tree differs from the target alone"
 
 @_fused
-@pytest.mark.parametrize('shape', ['2', '2x1', '3x2x1', '1x1x1'])
-def test_library_rounds_match_python(fast_models, prompts, monkeypatch, shape):
-    "The MTP module's greedy trees with every round in the fused library (`smallem_tree_rounds`) against the same trees with"
-    " every round from Python, 8 prompts x 200 tokens at batch 8 (rows finish at different rounds, so the library is called"
-    " again for the rows left): the same text, and the walks' counts per (depth, rank) within 2 of each other (the trees are"
-    " the same; only a tie between two logits, broken one way in C and another by torch's topk, could part them)."
+@pytest.mark.parametrize('name,shape', [('mtp', '2'), ('mtp', '2x1'), ('mtp', '3x2x1'), ('mtp', '1x1x1'), ('draft2', '2x1'), ('draft4_kd', '3x1')])
+def test_library_rounds_match_python(fast_models, prompts, monkeypatch, name, shape):
+    "Static trees of the MTP module and of drafters with every round in the fused library (`smallem_tree_rounds`) against the"
+    " same trees with every round from Python, 8 prompts x 200 tokens at batch 8 (rows finish at different rounds, so the"
+    " library is called again for the rows left): the same text, and the walks' counts per (depth, rank) within 2 of each"
+    " other (the trees are the same; only a tie between two logits, broken one way in C and another by torch's topk, could"
+    " part them)."
     t = fast_models['target']
     from smallem_spec.tree import _library_rounds
-    assert _library_rounds(t, TreeMTP(t), parse_shape(shape), 0.0, None) is not None, "the library should run these rounds"
-    lib, st = tree_generate(t, TreeMTP(t), prompts, 200, shape)
+    mk = lambda: make_tree_proposer(name, t, fast_models)
+    assert _library_rounds(t, mk(), parse_shape(shape), 0.0, None) is not None, "the library should run these rounds"
+    lib, st = tree_generate(t, mk(), prompts, 200, shape)
     monkeypatch.setenv('SMALLEM_ROUNDS', 'python')
-    assert _library_rounds(t, TreeMTP(t), parse_shape(shape), 0.0, None) is None
-    py, sp = tree_generate(t, TreeMTP(t), prompts, 200, shape)
-    assert lib == py == generate(t, prompts, 200), f"{shape}: the library's text differs from Python's or the target alone's"
+    assert _library_rounds(t, mk(), parse_shape(shape), 0.0, None) is None
+    py, sp = tree_generate(t, mk(), prompts, 200, shape)
+    assert lib == py == generate(t, prompts, 200), f"{name} {shape}: the library's text differs from Python's or the target alone's"
     assert abs(st.rounds - sp.rounds) <= 2 and st.guesses - sp.guesses == (st.rounds - sp.rounds) * parse_shape(shape).size
     for key in set(st.tried) | set(sp.tried):
         assert abs(st.tried.get(key, 0) - sp.tried.get(key, 0)) <= 2 and abs(st.taken.get(key, 0) - sp.taken.get(key, 0)) <= 2, \
-            f"{shape}: at (depth, rank) {key} the library tried/took {st.tried.get(key, 0)}/{st.taken.get(key, 0)}, Python {sp.tried.get(key, 0)}/{sp.taken.get(key, 0)}"
+            f"{name} {shape}: at (depth, rank) {key} the library tried/took {st.tried.get(key, 0)}/{st.taken.get(key, 0)}, Python {sp.tried.get(key, 0)}/{sp.taken.get(key, 0)}"
