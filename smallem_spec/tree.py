@@ -163,7 +163,7 @@ class TreeProposer:
 class TreeDrafter(TreeProposer):
     "A draft model grows the tree: a pass per level over that level's nodes, each seeing the text and its own ancestors."
     def __init__(self, model, vocab=None):    # vocab: sorted token ids the guesses are restricted to (a draft vocabulary)
-        self.model, self.vocab_size = model, model.cfg.vocab_size
+        self.model, self.vocab_size = getattr(model, 'as_proposer', lambda: model)(), model.cfg.vocab_size   # a fast model's proposer view, as a chain's drafter reads (`05_greedy`)
         self.vocab, self.mask = draft_mask(vocab, self.vocab_size, model.device)
     def __repr__(self): return f"TreeDrafter({self.model.cfg.n_layers} layers)"
     def start(self, prompts, first_tokens, hidden=None, capacity=None):
@@ -326,7 +326,7 @@ def _library_rounds(target, proposer, shape, temperature, on_round):   # the Fus
             or os.environ.get('SMALLEM_ROUNDS', 'fused') != 'fused'): return None
     if type(proposer) is TreeMTP: return fp if proposer.target is target and getattr(fp, 'mtp', None) is not None else None
     d = getattr(proposer.model, 'fused', None)   # a draft model on the same library, with the target's context
-    return fp if d is not None and d.lib is fp.lib and d.cfg.max_seq_len == fp.cfg.max_seq_len else None
+    return fp if d is not None and d.lib is fp.lib and d.cfg.max_seq_len == fp.cfg.max_seq_len and d.cfg.vocab_size == fp.cfg.vocab_size else None
 
 def _count_path(st:TreeStats, shape:TreeShape, path:list[int]):
     "Count a greedy path through a static tree (node indices from the root) as `tree_generate` counts a walk."
@@ -363,6 +363,7 @@ def tree_generate(target, proposer:TreeProposer, prompts:list[list[int]], max_ne
         first = argmax(logits) if temperature == 0 else sample_probs(probs_at(logits, temperature), generator)
         outs = [[int(t)] for t in first]
         lib = _library_rounds(target, proposer, shape, temperature, on_round)
+        if len(prompts) * (shape.size + 1) > 32768: lib = None   # the library keeps a round's integers on its stack: a batch of trees that large goes by Python
         proposer.extra = shape.grown + 1 if lib is None else shape.size + 2 + shape.max_depth   # the library: room for a tree past a text that overshot
         proposer.start(prompts, [o[0] for o in outs], hidden=hidden if proposer.needs_hidden else None, capacity=cap); started = True
         active = [b for b, o in enumerate(outs) if len(o) < max_new_tokens]
@@ -378,7 +379,7 @@ def tree_generate(target, proposer:TreeProposer, prompts:list[list[int]], max_ne
                                                 None if mtp else proposer.model.fused)
                 for i, b in enumerate(active): outs[b] += em[i]
                 for paths in rounds:
-                    for pa in paths: _count_path(st, shape, [0] + [u for u in pa if u >= 0])
+                    for pa in paths: _count_path(st, shape, [0] + [j for j in pa if j >= 0])
                 going = [i for i, b in enumerate(active) if len(outs[b]) < max_new_tokens]
                 tok, active = tok[going].contiguous(), [active[i] for i in going]
         while active:

@@ -176,8 +176,8 @@ def test_library_rounds_match_python(fast_models, prompts, monkeypatch, name, sh
     "Static trees of the MTP module and of drafters with every round in the fused library (`smallem_tree_rounds`) against the"
     " same trees with every round from Python, 8 prompts x 200 tokens at batch 8 (rows finish at different rounds, so the"
     " library is called again for the rows left): the same text, and the walks' counts per (depth, rank) within 2 of each"
-    " other (the trees are the same; only a tie between two logits, broken one way in C and another by torch's topk, could"
-    " part them)."
+    " other (the trees are the same; only two logits that tie, or that tie once torch's log-softmax has rounded them,"
+    " ranked one way in C and another by torch's topk, could part them)."
     t = fast_models['target']
     from smallem_spec.tree import _library_rounds
     mk = lambda: make_tree_proposer(name, t, fast_models)

@@ -2,8 +2,8 @@
 causal pass over n tokens (the kernel's own passes, 200 tokens cached, in turn), and tokens/s of tree rounds against the
 same proposer's chains and the target alone, greedy and sampled (`--temperatures`), batch 1, 8 validation prompts x 200
 tokens, `--repeats` interleaved runs (each row's speed-up over the target alone's run at its temperature in the same
-repeat); greedy text checked against the target alone in every greedy row. Chains run their rounds in the fused library (`12a_fused_cpu`); so do the MTP module's greedy static trees
-(`FusedPass.tree_rounds`), while a drafter's trees and dynamic trees run theirs from Python (each row says which).
+repeat); greedy text checked against the target alone in every greedy row. Chains run their rounds in the fused library (`12a_fused_cpu`); so do static trees of the MTP module and of
+drafters (`FusedPass.tree_rounds`), while dynamic trees run theirs from Python (each row says which).
 Shapes '1', '1x1', '1x1x1' are chains grown as trees: beside the chains of 1, 2, 3 guesses they price the tree machinery
 alone. Timings: a machine doing nothing else.
 
