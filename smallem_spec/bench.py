@@ -19,7 +19,7 @@ from .verify import _sampled, _greedy, _greedy_row
 from .spec import speculative_generate, SpecStats
 from .mtp import PROPOSERS, DRAFTERS, parse_proposer, make_proposer
 from .cost import AdaptiveK, HeuristicK, expected_tokens_pos
-from .tree import tree_generate, make_tree_proposer, parse_shape, TreeStats, tree_tokens, tree_cost, v_curve, _library_rounds
+from .tree import tree_generate, make_tree_proposer, parse_shape, TreeStats, TreePolicy, tree_tokens, tree_cost, v_curve, _library_rounds
 
 # %% auto #0
 __all__ = ['ADAPTIVE_KMAX', 'OLDER_FAMILY', 'proposer_cost', 'decide_time', 'measure_costs', 'run_config', 'bench', 'family',
@@ -282,16 +282,25 @@ def _grid_row(key, lst, raw, costs, fast) -> dict:
     return row
 
 # %% ../nbs/10_bench.ipynb #tb7e0c01
-def _tree_rows(target, models, prompts, new_tokens, proposers, shapes, temperatures, batches, repeats, costs, preset=None, bar=None) -> list[dict]:
-    "Token-tree rows (`09a_trees`): each proposer's trees of each shape, every chunk of prompts right beside the target alone's decoding of it (which runs first alternating), `repeats` times; the speed-up over those runs, tokens a round, where the rounds ran (the fused library or Python), greedy text against the target alone's, and the cost model of trees (`tree_tokens` with the run's own acceptance per depth and rank, over `tree_cost` with this machine's v and the proposer's c)."
+def _tree_rows(target, models, prompts, new_tokens, proposers, shapes, temperatures, batches, repeats, costs, preset=None, bar=None,
+               prime=None, prime_texts:int=4) -> list[dict]:   # what an adaptive row's policy decodes first, untimed (as `run_config`'s)
+    "Token-tree rows (`09a_trees`): each proposer's trees of each shape ('adaptive': a `TreePolicy` that picks each request's tree or chain from what it has counted), every chunk of prompts right beside the target alone's decoding of it (which runs first alternating), `repeats` times; the speed-up over those runs, tokens a round, where the rounds ran (the fused library or Python), greedy text against the target alone's, and the cost model of trees (`tree_tokens` with the run's own acceptance per depth and rank, over `tree_cost` with this machine's v and the proposer's c; an adaptive row: its policy's prediction for the pick it made most)."
     rows = []
     for B in batches:
         chunks = [prompts[i:i + B] for i in range(0, len(prompts), B)]
         cst = costs[B]; v = v_curve(cst['v'])
         for T in temperatures:
             for p in proposers:
+                c = (cst['prop'].get(T, {}).get(p) or [None, None])[1]
+                mk, chain = (lambda: make_tree_proposer(p, target, models, preset)), (lambda: make_proposer(p, target, models))
                 for shape in shapes:
-                    sh = parse_shape(shape); speed, rate, st, same = [], [], TreeStats(), True
+                    speed, rate, st, same, pol = [], [], TreeStats(), True, None
+                    if shape == 'adaptive':   # one policy for the row, which has decoded other texts first: as many as a chain's policy, and enough to count its rates
+                        pol = TreePolicy(c, v); sh = pol.hull; held = [prime[i:i + B] for i in range(0, len(prime or []), B)]
+                        for i in range(max(len(prime[:max(B, prime_texts)]) // B, pol.explore + 1) if held and prime_texts > 0 else 0):
+                            pol.generate(target, mk(), held[i % len(held)], new_tokens, T, torch.Generator().manual_seed(10_000 + i), chain=chain())
+                        primed = len(pol.chosen)
+                    else: sh = parse_shape(shape)
                     for rep in range(repeats):
                         secs, base, n, nb = 0.0, 0.0, 0, 0
                         for i, ch in enumerate(chunks):
@@ -300,27 +309,33 @@ def _tree_rows(target, models, prompts, new_tokens, proposers, shapes, temperatu
                                 sync(target.device); t0 = time.perf_counter(); o = generate(target, ch, new_tokens, T, torch.Generator().manual_seed(seed)); sync(target.device)
                                 return time.perf_counter() - t0, o
                             if i % 2 == 0: tb, ob = alone()
-                            sync(target.device); t0 = time.perf_counter()
-                            o, s = tree_generate(target, make_tree_proposer(p, target, models, preset), ch, new_tokens, sh, T, torch.Generator().manual_seed(seed))
+                            sync(target.device); t0 = time.perf_counter(); g = torch.Generator().manual_seed(seed)
+                            o, s = tree_generate(target, mk(), ch, new_tokens, sh, T, g) if pol is None else pol.generate(target, mk(), ch, new_tokens, T, g, chain=chain())
                             sync(target.device); secs += time.perf_counter() - t0
                             if i % 2 == 1: tb, ob = alone()
                             base += tb; n += sum(map(len, o)); nb += sum(map(len, ob))
                             if T == 0 and o != ob: same = False
-                            st.rounds += s.rounds; st.emitted += s.emitted; st.guesses += s.guesses
-                            for d_, src in ((st.tried, s.tried), (st.taken, s.taken)):
-                                for key, x in src.items(): d_[key] = d_.get(key, 0) + x
+                            if isinstance(s, TreeStats):
+                                st.rounds += s.rounds; st.emitted += s.emitted; st.guesses += s.guesses
+                                for d_, src in ((st.tried, s.tried), (st.taken, s.taken)):
+                                    for key, x in src.items(): d_[key] = d_.get(key, 0) + x
+                            else: st.rounds += s.row_rounds; st.emitted += s.accepted + s.row_rounds; st.guesses += s.proposed   # a chain's rounds
                         speed.append(n / secs); rate.append((n / secs) / (nb / base))
                         if bar is not None: bar.update()
-                    c = (cst['prop'].get(T, {}).get(p) or [None, None])[1]
-                    pred = tree_tokens(sh, st.rate) / tree_cost(sh, c, v) if c is not None and sh.nodes is None else None
-                    sp = statistics.median(rate)
-                    rows.append(dict(proposer=f'{p}_tree', k=str(sh), path='fast', temperature=T, batch=B, tokens_per_s=round(statistics.median(speed), 1),
-                                     speedup=round(sp, 3), repeats=repeats, tokens_per_round=round(st.tokens_per_round, 3), tree_nodes=sh.size,
-                                     rounds='library' if _library_rounds(target, make_tree_proposer(p, target, models, preset), sh, T, None) is not None else 'python',
-                                     alpha_per_position=None, c=None if c is None else round(c, 3), predicted_speedup=None if pred is None else round(pred, 3),
-                                     measured_over_predicted=None if pred is None else round(sp / pred, 3), identical=same if T == 0 else None))
+                    sp, extra = statistics.median(rate), {}
+                    if pol is None: pred = tree_tokens(sh, st.rate) / tree_cost(sh, c, v) if c is not None and sh.nodes is None else None
+                    else:
+                        picks = pol.chosen[primed:]; top = max(set(picks), key=picks.count); pred = pol.options(True)[top]
+                        extra = dict(chosen={x: picks.count(x) for x in dict.fromkeys(picks)}, primed=pol.chosen[:primed])
+                        if not top.startswith('chain'): sh = parse_shape(top)
+                    lib = (chains(target, T) if pol is not None and top.startswith('chain') else
+                           _library_rounds(target, mk(), sh, T, None) is not None)
+                    rows.append(dict(proposer=f'{p}_tree', k=str(sh) if pol is None else 'adaptive', path='fast', temperature=T, batch=B, tokens_per_s=round(statistics.median(speed), 1),
+                                     speedup=round(sp, 3), repeats=repeats, tokens_per_round=round(st.tokens_per_round, 3), tree_nodes=sh.size if pol is None else None,
+                                     rounds='library' if lib else 'python', alpha_per_position=None, c=None if c is None else round(c, 3),
+                                     predicted_speedup=None if pred is None else round(pred, 3),
+                                     measured_over_predicted=None if pred is None else round(sp / pred, 3), identical=same if T == 0 else None, **extra))
     return rows
-
 
 # %% ../nbs/10_bench.ipynb #dc8e117e
 def _grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx) -> dict:
@@ -347,10 +362,10 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
           precision:str|None=None,         # every fast model's panels (target alone included): None, each model's faster of fp32 and fp16 on this machine (12_fast_path); 'fp32', 'fp16', 'bf16', 'int8'
           proposer_bf16:bool|None=None,    # proposing passes on bf16 panels (None: where the processor has AVX-512 BF16; 12a_fused_cpu)
           prime_texts:int=4,               # held-out texts each adaptive row's policy decodes first, untimed (at least the batch); 0: a fresh policy
-          trees=()) -> dict:               # token-tree shapes (09a_trees): rows `<proposer>_tree` for every proposer but ngram
+          trees=()) -> dict:               # token-tree shapes (09a_trees), or 'adaptive' (a `TreePolicy`): rows `<proposer>_tree` for every proposer but ngram
     "Run the benchmark grid on the fast path (or the reference code); returns {'meta': ..., 'rows': [...]}."
     preset = preset_name(preset); _check_grid(proposers, ks, temperatures, n_prompts, new_tokens, repeats, batches)
-    trees = [str(parse_shape(x)) for x in trees]; tree_props = [p for p in proposers if parse_proposer(p)[0] != 'ngram'] if trees else []
+    trees = [x if x == 'adaptive' else str(parse_shape(x)) for x in trees]; tree_props = [p for p in proposers if parse_proposer(p)[0] != 'ngram'] if trees else []
     if trees and not tree_props: raise SmallemError("token trees grow from a drafter or the MTP module: add one to the proposers")
     if trees and not fast: raise SmallemError("tree rows run on the fast path")
     if not isinstance(prime_texts, int) or prime_texts < 0: raise SmallemError(f"prime_texts must be an integer >= 0 (got {prime_texts!r})")
@@ -362,7 +377,7 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     ref = load_or_train(preset, 'target', device=device)
     wrap = (lambda m: FastSmallem(m, precision=precision, proposer_bf16=proposer_bf16)) if fast else (lambda m: m)
     target = wrap(ref)
-    for sh in map(parse_shape, trees):   # refused before the grid runs, not after it
+    for sh in (TreePolicy(1, {1: 1}).hull if x == 'adaptive' else parse_shape(x) for x in trees):   # refused before the grid runs, not after it (adaptive: its hull)
         if sh.size + 1 > 64: raise SmallemError(f"a tree on the fused kernel holds at most 64 nodes ({sh} has {sh.size + 1})")
         if getattr(target, 'fused', None) is None and isinstance(target, FastSmallem): raise SmallemError("tree rows need the fused CPU kernel or the reference code: trees take a causal mask on the scripted and GPU paths")
         if 32 + new_tokens + sh.max_depth > target.cfg.max_seq_len: raise SmallemError(f"32 prompt tokens, {new_tokens} new ones and a tree {sh.max_depth} deep pass the context of {target.cfg.max_seq_len}")
@@ -380,7 +395,7 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
                               (min(48, max(16, new_tokens // 4)), max(96, new_tokens))) for b in batches}   # enough rounds to time, briefly for a small run
     prime = validation_prompts(preset, n=n_prompts, length=32, offset=0.5)   # other texts, halfway between the row's: what adaptive rows' policies learn on first
     raw = _run_grid(target, ref, models, prompts, new_tokens, configs, temperatures, batches, repeats, costs, bar, prime=prime, prime_texts=prime_texts)
-    tree_rows = _tree_rows(target, models, prompts, new_tokens, tree_props, trees, temperatures, batches, repeats, costs, preset, bar) if trees else []
+    tree_rows = _tree_rows(target, models, prompts, new_tokens, tree_props, trees, temperatures, batches, repeats, costs, preset, bar, prime, prime_texts) if trees else []
     bar.close()
     meta = dict(_grid_meta(preset, n_prompts, new_tokens, repeats, target, costs, fast, ctx), filters=filters or None,
                 models={n: (getattr(m, 'manifest', None) or {}).get('weights_sha256', '')[:16] for n, m in {'target': ref, **loaded}.items()},   # which family ran (`family`)
@@ -549,7 +564,7 @@ def bench_cli(argv=None):
                    help='proposing passes (drafters, the MTP module) on bf16 panels; auto: where the processor has AVX-512 BF16; off: fp16 drafters, fp32 MTP')
     p.add_argument('--prime-texts', type=int, default=4,
                    help="held-out validation texts each adaptive row's policy decodes first, untimed, as a server's has decoded earlier requests (at least the batch); 0: a fresh policy")
-    p.add_argument('--trees', default='', help="comma-separated token-tree shapes (09a_trees): '2', '2x1', '3x2x1' (static), 'n8w2t2d4' (dynamic); adds rows <proposer>_tree for every proposer but ngram")
+    p.add_argument('--trees', default='', help="comma-separated token-tree shapes (09a_trees): '2', '2x1', '3x2x1' (static), 'n8w2t2d4' (dynamic), 'adaptive' (each request's tree or chain chosen by the cost model from the rates counted so far); adds rows <proposer>_tree for every proposer but ngram")
     a = p.parse_args(argv)
     try:                                        # refuse an unwritable output before minutes of work, creating nothing
         for opt, path in (('--json', a.json), ('--plot', a.plot)):

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from .core import SmallemError, argmax, sample_probs
 from .generate import check_prompts, check_temperature, probs_at, prefill
 from .model import Smallem
-from .spec import draft_mask
+from .spec import draft_mask, speculative_generate
+from .cost import expected_tokens_pos
 from .mtp import parse_proposer
 from .corpus import draft_vocab
 
@@ -19,7 +20,7 @@ from .corpus import draft_vocab
 __all__ = ['Tree', 'roomy_cache', 'tree_plan', 'fused_tree_pass', 'target_tree_pass', 'mtp_tree_pass', 'keep_path', 'TreeShape',
            'parse_shape', 'TreeProposer', 'TreeDrafter', 'TreeMTP', 'make_tree_proposer', 'build_tree', 'greedy_walk',
            'sampled_walk', 'sibling_rule', 'TreeStats', 'tree_generate', 'tree_tokens', 'v_curve', 'tree_cost',
-           'best_tree']
+           'best_tree', 'TreePolicy']
 
 # %% ../nbs/09a_trees.ipynb #tr000008
 @dataclass
@@ -432,3 +433,62 @@ def tree_cost(shape, c:float, v) -> float:
 def best_tree(rate, c:float, v, shapes) -> tuple[str, float]:
     "The shape among `shapes` with the highest predicted speed-up, tree_tokens / tree_cost, and that speed-up."
     return max(((str(parse_shape(s)), tree_tokens(s, rate) / tree_cost(s, c, v)) for s in shapes), key=lambda t: t[1])
+
+# %% ../nbs/09a_trees.ipynb #tr0000c1
+def _inside(limits) -> list[str]:
+    "Every static shape whose branching at each depth is at most the hull's there."
+    out = []
+    def grow(pre):
+        if pre: out.append('x'.join(map(str, pre)))
+        if len(pre) < len(limits):
+            for b in range(1, limits[len(pre)] + 1): grow(pre + [b])
+    grow([]); return out
+
+# %% ../nbs/09a_trees.ipynb #tr0000c6
+class TreePolicy:
+    "Chooses each request's static tree (or, given a chain proposer, a chain) by the cost model of trees: rates counted on the requests so far, this machine's v and the proposer's c."
+    def __init__(self, c:float, v, hull='3x2x1x1', chains:int=4, least:int=20, explore:int=3):
+        self.c, self.v, self.hull, self.least = float(c), v_curve(v) if isinstance(v, dict) else v, parse_shape(hull), least
+        if self.hull.nodes is not None: raise SmallemError(f"a policy's hull is a static shape like '3x2x1x1' (got {hull!r})")
+        if not isinstance(chains, int) or chains < 1: raise SmallemError(f"chains must be an integer >= 1 (got {chains!r})")
+        self.trees = [str(parse_shape(s)) for s in _inside(self.hull.branch)]   # every shape inside the hull
+        self.chains, self.explore, self.tree_st, self.pp, self.pa, self.chosen = chains, explore, TreeStats(), [0] * chains, [0] * chains, []
+
+    def rate(self, d:int, r:int) -> float:
+        "The child of rank r at depth d: its counted rate once tried `least` times, else the rate one level up (at the first level: as counted, 0 if never tried)."
+        n = self.tree_st.tried.get((d, r), 0)
+        return self.tree_st.rate(d, r) if n >= self.least or d == 1 else self.rate(d - 1, r)
+
+    def alphas(self) -> list[float]:
+        "A sampled chain's acceptance at each position, counted (the position before where too few guesses reached it)."
+        out = []
+        for p, a in zip(self.pp, self.pa): out.append(a / p if p >= self.least else out[-1] if out else 0.0)
+        return out
+
+    def options(self, chain:bool=False) -> dict:
+        "Predicted speed-up of every shape inside the hull and, with `chain`, of chains of 1 to `chains` guesses ('chain k'), which then replace the chain-shaped trees (the chain path runs them for less)."
+        out = {s: tree_tokens(s, self.rate) / tree_cost(s, self.c, self.v) for s in self.trees if not (chain and set(s.split('x')) == {'1'})}
+        if chain:
+            al = self.alphas()
+            out.update({f'chain {k}': expected_tokens_pos(al[:k]) / (k * self.c + self.v(k)) for k in range(1, self.chains + 1)})
+        return out
+
+    def choose(self, chain:bool=False) -> str:
+        "The hull until every child of the root has been tried `least` times (or for `explore` requests), then (with `chain`) a chain of `chains` until a chain's rates are counted, then the best option."
+        tried = [self.tree_st.tried.get((1, r), 0) for r in range(self.hull.branch[0])]
+        if not self.tree_st.rounds or (min(tried) < self.least and self.chosen.count(str(self.hull)) < self.explore): return str(self.hull)
+        if chain and not sum(self.pp): return f'chain {self.chains}'
+        o = self.options(chain); return max(o, key=o.get)
+
+    def generate(self, target, proposer:TreeProposer, prompts, max_new_tokens:int, temperature:float=0.0, generator=None, chain=None):
+        "One request: the chosen tree by `tree_generate`, or with `chain` (a `Proposer`) a chain by `speculative_generate`, whose sampled guesses are drawn from q and kept with min(1, p/q); what it counted goes into the rates. Returns (texts, stats)."
+        pick = self.choose(chain is not None); self.chosen.append(pick)
+        if pick.startswith('chain'):
+            out, st = speculative_generate(target, chain, prompts, max_new_tokens, int(pick.split()[1]), temperature, generator)
+            for j, (p, a) in enumerate(zip(st.pos_proposed, st.pos_accepted)): self.pp[j] += p; self.pa[j] += a
+            return out, st
+        out, st = tree_generate(target, proposer, prompts, max_new_tokens, pick, temperature, generator)
+        self.tree_st.rounds += st.rounds
+        for mine, src in ((self.tree_st.tried, st.tried), (self.tree_st.taken, st.taken)):
+            for key, x in src.items(): mine[key] = mine.get(key, 0) + x
+        return out, st

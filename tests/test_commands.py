@@ -101,7 +101,7 @@ def test_exactness_command():
 def test_bench_small(tmp_path):
     j, png = tmp_path/'b.json', tmp_path/'b.png'
     r = run('smallem_bench', '--preset', 'cpu', '--prompts', '2', '--new-tokens', '12', '--k', '1,2,adaptive', '--proposers', 'draft2,mtp,ngram',
-            '--temperature', '0,1', '--batch', '1,2', '--trees', '2x1', '--json', str(j), '--plot', str(png))
+            '--temperature', '0,1', '--batch', '1,2', '--trees', '2x1,adaptive', '--json', str(j), '--plot', str(png))
     assert r.returncode == 0, r.stderr[-2000:]
     import json
     res = json.loads(j.read_text()); rows = res['rows']
@@ -111,8 +111,12 @@ def test_bench_small(tmp_path):
     trees = [r for r in rows if r['proposer'].endswith('_tree')]; rows = [r for r in rows if r not in trees]
     assert len(rows) == 2 * 2 * (2 + 3 * 3), len(rows)     # target alone on the fast path and on the reference code, 9 speculative rows
     where = 'library' if __import__('smallem_spec.fused', fromlist=['load_kernel']).load_kernel() is not None else 'python'   # static trees: the fused library's rounds
-    assert len(trees) == 2 * 2 * 2 and {(r['proposer'], r['rounds']) for r in trees} == {('mtp_tree', where), ('draft2_tree', where)}   # --trees 2x1: every proposer but ngram
-    assert all(r['identical'] for r in trees if r['temperature'] == 0) and all(r['k'] == '2x1' and r['predicted_speedup'] > 0 for r in trees)
+    fixed, adaptive = [r for r in trees if r['k'] == '2x1'], [r for r in trees if r['k'] == 'adaptive']
+    assert len(fixed) == len(adaptive) == 2 * 2 * 2 and {(r['proposer'], r['rounds']) for r in fixed} == {('mtp_tree', where), ('draft2_tree', where)}   # --trees 2x1: every proposer but ngram
+    assert all(r['identical'] for r in trees if r['temperature'] == 0) and all(r['predicted_speedup'] > 0 for r in trees)
+    # adaptive: untimed, the policy ran its hull on held-out prompts (until the root's children are counted, 3 requests at most) and a chain of 4, 4 requests in all; then it chose each timed request's tree or chain
+    assert all(r['primed'][0] == '3x2x1x1' and r['primed'].count('chain 4') == 1 and len(r['primed']) == 4 and sum(r['chosen'].values()) == r['repeats'] * (2 // r['batch'])
+               for r in adaptive), [(r['primed'], r['chosen']) for r in adaptive]
     assert 'trees: best' in r.stdout, r.stdout[-1500:]
     assert all(r['identical'] for r in rows if r['temperature'] == 0 and not r['proposer'].startswith('none')), "a greedy row differs from the target alone"
     assert {r['path'] for r in rows if r['proposer'] == 'none (reference)'} == {'reference'} and {r['path'] for r in rows if r['proposer'] == 'mtp'} == {'fast'}
