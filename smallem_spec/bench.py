@@ -319,6 +319,7 @@ def _tree_rows(target, models, prompts, new_tokens, proposers, shapes, temperatu
                                 st.rounds += s.rounds; st.emitted += s.emitted; st.guesses += s.guesses
                                 for d_, src in ((st.tried, s.tried), (st.taken, s.taken)):
                                     for key, x in src.items(): d_[key] = d_.get(key, 0) + x
+                            elif isinstance(s, dict): st.rounds += sum(map(len, o)); st.emitted += sum(map(len, o))   # the target alone: a token a pass
                             else: st.rounds += s.row_rounds; st.emitted += s.accepted + s.row_rounds; st.guesses += s.proposed   # a chain's rounds
                         speed.append(n / secs); rate.append((n / secs) / (nb / base))
                         if bar is not None: bar.update()
@@ -327,8 +328,8 @@ def _tree_rows(target, models, prompts, new_tokens, proposers, shapes, temperatu
                     else:
                         picks = pol.chosen[primed:]; top = max(set(picks), key=picks.count); pred = pol.options(True)[top]
                         extra = dict(chosen={x: picks.count(x) for x in dict.fromkeys(picks)}, primed=pol.chosen[:primed])
-                        if not top.startswith('chain'): sh = parse_shape(top)
-                    lib = (chains(target, T) if pol is not None and top.startswith('chain') else
+                        if not top.startswith('chain') and top != 'plain': sh = parse_shape(top)
+                    lib = (chains(target, T) if pol is not None and (top.startswith('chain') or top == 'plain') else
                            _library_rounds(target, mk(), sh, T, None) is not None)
                     rows.append(dict(proposer=f'{p}_tree', k=str(sh) if pol is None else 'adaptive', path='fast', temperature=T, batch=B, tokens_per_s=round(statistics.median(speed), 1),
                                      speedup=round(sp, 3), repeats=repeats, tokens_per_round=round(st.tokens_per_round, 3), tree_nodes=sh.size if pol is None else None,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from .core import SmallemError, argmax, sample_probs
-from .generate import check_prompts, check_temperature, probs_at, prefill
+from .generate import check_prompts, check_temperature, probs_at, prefill, generate
 from .model import Smallem
 from .spec import draft_mask, speculative_generate
 from .cost import expected_tokens_pos
@@ -446,7 +446,7 @@ def _inside(limits) -> list[str]:
 
 # %% ../nbs/09a_trees.ipynb #tr0000c6
 class TreePolicy:
-    "Chooses each request's static tree (or, given a chain proposer, a chain) by the cost model of trees: rates counted on the requests so far, this machine's v and the proposer's c."
+    "Chooses each request's static tree (or, given a chain proposer, a chain; or no guess at all) by the cost model of trees: rates counted on the requests so far, this machine's v and the proposer's c."
     def __init__(self, c:float, v, hull='3x2x1x1', chains:int=4, least:int=20, explore:int=3):
         self.c, self.v, self.hull, self.least = float(c), v_curve(v) if isinstance(v, dict) else v, parse_shape(hull), least
         if self.hull.nodes is not None: raise SmallemError(f"a policy's hull is a static shape like '3x2x1x1' (got {hull!r})")
@@ -466,8 +466,8 @@ class TreePolicy:
         return out
 
     def options(self, chain:bool=False) -> dict:
-        "Predicted speed-up of every shape inside the hull and, with `chain`, of chains of 1 to `chains` guesses ('chain k'), which then replace the chain-shaped trees (the chain path runs them for less)."
-        out = {s: tree_tokens(s, self.rate) / tree_cost(s, self.c, self.v) for s in self.trees if not (chain and set(s.split('x')) == {'1'})}
+        "Predicted speed-up of plain decoding (1), of every shape inside the hull and, with `chain`, of chains of 1 to `chains` guesses ('chain k'), which then replace the chain-shaped trees (the chain path runs them for less)."
+        out = {'plain': 1.0, **{s: tree_tokens(s, self.rate) / tree_cost(s, self.c, self.v) for s in self.trees if not (chain and set(s.split('x')) == {'1'})}}
         if chain:
             al = self.alphas()
             out.update({f'chain {k}': expected_tokens_pos(al[:k]) / (k * self.c + self.v(k)) for k in range(1, self.chains + 1)})
@@ -481,8 +481,9 @@ class TreePolicy:
         o = self.options(chain); return max(o, key=o.get)
 
     def generate(self, target, proposer:TreeProposer, prompts, max_new_tokens:int, temperature:float=0.0, generator=None, chain=None):
-        "One request: the chosen tree by `tree_generate`, or with `chain` (a `Proposer`) a chain by `speculative_generate`, whose sampled guesses are drawn from q and kept with min(1, p/q); what it counted goes into the rates. Returns (texts, stats)."
+        "One request: the chosen tree by `tree_generate`, or with `chain` (a `Proposer`) a chain by `speculative_generate`, whose sampled guesses are drawn from q and kept with min(1, p/q), or the target alone (`generate`: its stats, a dict); what it counted goes into the rates. Returns (texts, stats)."
         pick = self.choose(chain is not None); self.chosen.append(pick)
+        if pick == 'plain': return generate(target, prompts, max_new_tokens, temperature, generator, return_stats=True)
         if pick.startswith('chain'):
             out, st = speculative_generate(target, chain, prompts, max_new_tokens, int(pick.split()[1]), temperature, generator)
             for j, (p, a) in enumerate(zip(st.pos_proposed, st.pos_accepted)): self.pp[j] += p; self.pa[j] += a

@@ -69,8 +69,9 @@ def test_end_to_end_distinct_prompts(fast, prompts, name):
 
 @pytest.mark.parametrize('name', ['draft2', 'ngram', 'draft2_kd'])
 def test_end_to_end_power_one_row_at_a_time(fast, prompts, name):
-    """draft2, the n-gram proposer and the distilled draft2 on the fast path, B = 1 (4,000 separate generations; 10,000 for the n-gram bug): the correct rule passes
-    (2 tests at 0.1%) and the realistic bug, the correction drawn from p instead of the residual, is rejected. Each
+    """draft2, the n-gram proposer and the distilled draft2 on the fast path, B = 1 (4,000 separate generations): the correct rule passes
+    (2 tests at 0.1%); and the realistic bug, the correction drawn from p instead of the residual, is rejected (4,000 rows,
+    10,000 for the n-gram proposer, in batches of 250: the planted rule is the same at any batch, and so is the law). Each
     proposer gets the validation prompt where that bug moves the law of token 2 most (`bias_shift`): after most prompts
     the n-gram guess is a token the target hardly allows, and the distilled drafter's law is so close to the target's
     that the bug hardly acts. The rejection rate over seeds, at 8,000 generations and for every proposer, is measured in
@@ -81,7 +82,7 @@ def test_end_to_end_power_one_row_at_a_time(fast, prompts, name):
     assert r['stat'] < r['threshold'], f"{name}: chi2 {r['stat']:.1f} >= {r['threshold']:.1f} (false-failure rate at most 0.2%)"
     # the bug's rows sized from its shift: today's n-gram shift on its prompt (0.0129) is 2.5 times smaller than the older
     # family's (0.0322), for which 4,000 rows were enough, so the n-gram proposer gets 2.5 times the rows
-    r = e2e_test(t, mk, p, 10_000 if name == 'ngram' else 4000, seed=7, chunk=1, mode='biased')
+    r = e2e_test(t, mk, p, 10_000 if name == 'ngram' else 4000, seed=7, chunk=250, mode='biased')
     assert r['stat'] >= r['threshold'], f"{name}: the planted bias was not rejected (chi2 {r['stat']:.1f} < {r['threshold']:.1f})"
 
 def test_bias_shift_measures_the_bug(fast, cpu_models, prompts):
