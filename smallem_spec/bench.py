@@ -326,7 +326,7 @@ def _tree_rows(target, models, prompts, new_tokens, proposers, shapes, temperatu
                     sp, extra = statistics.median(rate), {}
                     if pol is None: pred = tree_tokens(sh, st.rate) / tree_cost(sh, c, v) if c is not None and sh.nodes is None else None
                     else:
-                        picks = pol.chosen[primed:]; top = max(set(picks), key=picks.count); pred = pol.options(True)[top]
+                        picks = pol.chosen[primed:]; top = max(dict.fromkeys(picks), key=picks.count); pred = pol.options(True, T == 0)[top]
                         extra = dict(chosen={x: picks.count(x) for x in dict.fromkeys(picks)}, primed=pol.chosen[:primed])
                         if not top.startswith('chain') and top != 'plain': sh = parse_shape(top)
                     lib = (chains(target, T) if pol is not None and (top.startswith('chain') or top == 'plain') else

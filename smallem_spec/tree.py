@@ -448,45 +448,51 @@ def _inside(limits) -> list[str]:
 class TreePolicy:
     "Chooses each request's static tree (or, given a chain proposer, a chain; or no guess at all) by the cost model of trees: rates counted on the requests so far, this machine's v and the proposer's c."
     def __init__(self, c:float, v, hull='3x2x1x1', chains:int=4, least:int=20, explore:int=3):
-        self.c, self.v, self.hull, self.least = float(c), v_curve(v) if isinstance(v, dict) else v, parse_shape(hull), least
+        self.c, self.v, self.hull = float(c), v_curve(v) if isinstance(v, dict) else v, parse_shape(hull)
         if self.hull.nodes is not None: raise SmallemError(f"a policy's hull is a static shape like '3x2x1x1' (got {hull!r})")
-        if not isinstance(chains, int) or chains < 1: raise SmallemError(f"chains must be an integer >= 1 (got {chains!r})")
+        for name, x in (('chains', chains), ('least', least), ('explore', explore)):
+            if not isinstance(x, int) or x < 1: raise SmallemError(f"{name} must be an integer >= 1 (got {x!r})")
         self.trees = [str(parse_shape(s)) for s in _inside(self.hull.branch)]   # every shape inside the hull
-        self.chains, self.explore, self.tree_st, self.pp, self.pa, self.chosen = chains, explore, TreeStats(), [0] * chains, [0] * chains, []
+        self.chains, self.least, self.explore, self.tree_st, self.pp, self.pa, self.chosen = chains, least, explore, TreeStats(), [0] * chains, [0] * chains, []
 
     def rate(self, d:int, r:int) -> float:
         "The child of rank r at depth d: its counted rate once tried `least` times, else the rate one level up (at the first level: as counted, 0 if never tried)."
         n = self.tree_st.tried.get((d, r), 0)
         return self.tree_st.rate(d, r) if n >= self.least or d == 1 else self.rate(d - 1, r)
 
-    def alphas(self) -> list[float]:
-        "A sampled chain's acceptance at each position, counted (the position before where too few guesses reached it)."
+    def alphas(self, greedy:bool=False) -> list[float]:
+        "A chain's acceptance at each position. Greedy, a chain's guess at position d is the tree's first child at depth d, the same event: `rate(d, 0)`, counted by trees and chains alike. Sampled, the chains' own counts (the first position as counted, a later one once reached `least` times, else the one before)."
+        if greedy: return [self.rate(d, 0) for d in range(1, self.chains + 1)]
         out = []
-        for p, a in zip(self.pp, self.pa): out.append(a / p if p >= self.least else out[-1] if out else 0.0)
+        for j, (p, a) in enumerate(zip(self.pp, self.pa)): out.append(a / p if p >= self.least or (j == 0 and p) else out[-1] if out else 0.0)
         return out
 
-    def options(self, chain:bool=False) -> dict:
+    def options(self, chain:bool=False, greedy:bool=False) -> dict:
         "Predicted speed-up of plain decoding (1), of every shape inside the hull and, with `chain`, of chains of 1 to `chains` guesses ('chain k'), which then replace the chain-shaped trees (the chain path runs them for less)."
         out = {'plain': 1.0, **{s: tree_tokens(s, self.rate) / tree_cost(s, self.c, self.v) for s in self.trees if not (chain and set(s.split('x')) == {'1'})}}
         if chain:
-            al = self.alphas()
+            al = self.alphas(greedy)
             out.update({f'chain {k}': expected_tokens_pos(al[:k]) / (k * self.c + self.v(k)) for k in range(1, self.chains + 1)})
         return out
 
-    def choose(self, chain:bool=False) -> str:
-        "The hull until every child of the root has been tried `least` times (or for `explore` requests), then (with `chain`) a chain of `chains` until a chain's rates are counted, then the best option."
+    def choose(self, chain:bool=False, greedy:bool=False) -> str:
+        "The hull until every child of the root has been tried `least` times (for `explore` requests at most); sampled, with `chain`, a chain of `chains` until its first guess has been tried `least` times (as many requests at most); then the best option."
+        hull, ch = str(self.hull), f'chain {self.chains}'
         tried = [self.tree_st.tried.get((1, r), 0) for r in range(self.hull.branch[0])]
-        if not self.tree_st.rounds or (min(tried) < self.least and self.chosen.count(str(self.hull)) < self.explore): return str(self.hull)
-        if chain and not sum(self.pp): return f'chain {self.chains}'
-        o = self.options(chain); return max(o, key=o.get)
+        if self.chosen.count(hull) < self.explore and (not self.tree_st.rounds or min(tried) < self.least): return hull
+        if chain and not greedy and self.pp[0] < self.least and self.chosen.count(ch) < self.explore: return ch
+        o = self.options(chain, greedy); return max(o, key=o.get)
 
     def generate(self, target, proposer:TreeProposer, prompts, max_new_tokens:int, temperature:float=0.0, generator=None, chain=None):
         "One request: the chosen tree by `tree_generate`, or with `chain` (a `Proposer`) a chain by `speculative_generate`, whose sampled guesses are drawn from q and kept with min(1, p/q), or the target alone (`generate`: its stats, a dict); what it counted goes into the rates. Returns (texts, stats)."
-        pick = self.choose(chain is not None); self.chosen.append(pick)
+        greedy = temperature == 0
+        pick = self.choose(chain is not None, greedy); self.chosen.append(pick)
         if pick == 'plain': return generate(target, prompts, max_new_tokens, temperature, generator, return_stats=True)
         if pick.startswith('chain'):
             out, st = speculative_generate(target, chain, prompts, max_new_tokens, int(pick.split()[1]), temperature, generator)
-            for j, (p, a) in enumerate(zip(st.pos_proposed, st.pos_accepted)): self.pp[j] += p; self.pa[j] += a
+            for j, (p, a) in enumerate(zip(st.pos_proposed, st.pos_accepted)):
+                if greedy: self.tree_st.tried[j + 1, 0] = self.tree_st.tried.get((j + 1, 0), 0) + p; self.tree_st.taken[j + 1, 0] = self.tree_st.taken.get((j + 1, 0), 0) + a
+                else: self.pp[j] += p; self.pa[j] += a
             return out, st
         out, st = tree_generate(target, proposer, prompts, max_new_tokens, pick, temperature, generator)
         self.tree_st.rounds += st.rounds
