@@ -34,21 +34,3 @@ def run_commands(tmp_path_factory):
         assert r.returncode == 0 and out.exists(), r.stderr[-3000:]
         return [SimpleNamespace(**x) for x in json.loads(out.read_text())]
     return run
-
-# The slowest tests first (about their seconds on one worker thread: CI's --durations list of 2026-12-07, and this
-# session's for the tests it changed): pytest-xdist hands tests out in collection order, and these sat near its end
-# (test_trees, test_verify), where one worker could run them while the other had nothing left. Started first, and
-# handed out in small batches (tools/test.sh: --maxschedchunk 1, each worker holding two), they finish while the short
-# tests fill in around them.
-_SLOW_FIRST = {
-    'tests/test_resident.py::test_sampled_law': 150, 'tests/test_verify.py::test_end_to_end_power_one_row_at_a_time[draft2]': 80,
-    'tests/test_draft_vocab.py::test_end_to_end_mtp_with_a_draft_vocabulary': 69, 'tests/test_draft_vocab.py::test_end_to_end_draft2_with_a_draft_vocabulary': 64,
-    'tests/test_trees.py::test_sampled_law_end_to_end[library]': 64, 'tests/test_distill.py::test_cli_mtp_stage': 62,
-    'tests/test_verify.py::test_end_to_end_power_one_row_at_a_time[ngram]': 56, 'tests/test_verify.py::test_end_to_end_power_one_row_at_a_time[draft2_kd]': 54,
-    'tests/test_spec.py::test_greedy_identity[self]': 46, 'tests/test_fast.py::test_greedy_identity_fast_path[1]': 44,
-    'tests/test_minimal_loop.py::test_sampled_law_test_rejects_planted_bugs[kept with probability p(x)]': 41,
-    'tests/test_spec.py::test_greedy_identity[draft2]': 41, 'tests/test_int8.py::test_end_to_end_sampling_int8_target': 40,
-    'tests/test_trees.py::test_sampled_law_end_to_end[python]': 64}
-
-def pytest_collection_modifyitems(session, config, items):
-    items.sort(key=lambda it: -_SLOW_FIRST.get(it.nodeid, 0))   # stable: the rest keep their order

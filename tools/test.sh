@@ -16,7 +16,6 @@ start=$(date +%s)
 SMALLEM_THREADS=1 OMP_NUM_THREADS=1 nbdev_test --n_workers 2 --timing
 echo "nbdev_test: $(( $(date +%s) - start )) s"
 # pytest on one worker per core, at most 2 (pytest-xdist; tests/conftest.py gives each worker one thread): about half the
-# time of one 2-thread process, since most of a test's time is Python between small products. Tests go out in small batches
-# (--maxschedchunk 1: two queued a worker), the slowest first (tests/conftest.py), so neither worker is left with a long test at the end
+# time of one 2-thread process, since most of a test's time is Python between small products
 workers=$(python -c "import os; print(min(2, os.cpu_count() or 1))")
-python -m pytest tests -q -p no:cacheprovider -n "$workers" --maxschedchunk 1 --durations=15 "$@"   # the slowest tests listed before the summary line: what to look at when CI nears its 30 minutes
+python -m pytest tests -q -p no:cacheprovider -n "$workers" --durations=15 "$@"   # the slowest tests listed before the summary line: what to look at when CI nears its 30 minutes
