@@ -378,7 +378,7 @@ def bench(preset:str|None=None, n_prompts:int=8, new_tokens:int=200, proposers=P
     ref = load_or_train(preset, 'target', device=device)
     wrap = (lambda m: FastSmallem(m, precision=precision, proposer_bf16=proposer_bf16)) if fast else (lambda m: m)
     target = wrap(ref)
-    for sh in (TreePolicy(1, {1: 1}).hull if x == 'adaptive' else parse_shape(x) for x in trees):   # refused before the grid runs, not after it (adaptive: its hull)
+    for sh in (parse_shape(TreePolicy.HULL if x == 'adaptive' else x) for x in trees):   # refused before the grid runs, not after it (adaptive: its hull)
         if sh.size + 1 > 64: raise SmallemError(f"a tree on the fused kernel holds at most 64 nodes ({sh} has {sh.size + 1})")
         if getattr(target, 'fused', None) is None and isinstance(target, FastSmallem): raise SmallemError("tree rows need the fused CPU kernel or the reference code: trees take a causal mask on the scripted and GPU paths")
         if 32 + new_tokens + sh.max_depth > target.cfg.max_seq_len: raise SmallemError(f"32 prompt tokens, {new_tokens} new ones and a tree {sh.max_depth} deep pass the context of {target.cfg.max_seq_len}")

@@ -447,7 +447,8 @@ def _inside(limits) -> list[str]:
 # %% ../nbs/09a_trees.ipynb #tr0000c6
 class TreePolicy:
     "Chooses each request's static tree (or, given a chain proposer, a chain; or no guess at all) by the cost model of trees: rates counted on the requests so far, this machine's v and the proposer's c."
-    def __init__(self, c:float, v, hull='3x2x1x1', chains:int=4, least:int=20, explore:int=3):
+    HULL = '3x2x1x1'   # the widest tree it may use, by default
+    def __init__(self, c:float, v, hull:str=HULL, chains:int=4, least:int=20, explore:int=3):
         self.c, self.v, self.hull = float(c), v_curve(v) if isinstance(v, dict) else v, parse_shape(hull)
         if self.hull.nodes is not None: raise SmallemError(f"a policy's hull is a static shape like '3x2x1x1' (got {hull!r})")
         for name, x in (('chains', chains), ('least', least), ('explore', explore)):
