@@ -17,9 +17,11 @@ from .train import load_or_train
 from .generate import Sampling, sampling, check_prompts, probs_at, next_token
 from .spec import SpecStats, PARTS, _decide
 from .cost import expected_tokens_pos
+from .tree import TreeShape, parse_shape
 
 # %% auto #0
-__all__ = ['StaticCache', 'static_plan', 'static_pass', 'DeviceRounds', 'rounds_bench', 'format_rounds']
+__all__ = ['StaticCache', 'static_plan', 'static_pass', 'DeviceRounds', 'DeviceTree', 'static_tree_plan', 'rounds_bench',
+           'format_rounds']
 
 # %% ../nbs/12c_device_rounds.ipynb #c950a769
 class StaticCache:
@@ -65,6 +67,7 @@ class DeviceRounds:
         if self.graphs and self.t.device.type != 'cuda': raise SmallemError("CUDA graphs need the models on a CUDA device")
         self.compiled = torch.compile(self._round, dynamic=False) if compile else None
         self._states = {}                                  # per shape (rows, outputs, slots): the state's buffers and their captured graphs
+        self._trees = {}                                   # tree shapes laid out (DeviceTree), by their name
     def __repr__(self): return f"DeviceRounds({self.kind}, kmax={self.kmax}, graphs={self.graphs}" + (", compiled)" if self.compiled else ")")
     @property
     def device(self): return self.t.device
@@ -130,8 +133,9 @@ def _propose(self:DeviceRounds, k:int, temperature, generator):
     return torch.stack(toks, 1), (torch.stack(qs, 1) if qs else None)
 
 @patch
-def _round(self:DeviceRounds, k:int, temperature, generator, residual=True):
-    "One round for every row, as tensor operations with static shapes: guesses, one verify pass over k + 1 tokens, the decision, the rollback (each cache's length moved, nothing copied). Rows already done run along and change nothing."
+def _round(self:DeviceRounds, k:int|DeviceTree, temperature, generator, residual=True):
+    "One round for every row, as tensor operations with static shapes: guesses, one verify pass over k + 1 tokens, the decision, the rollback (each cache's length moved, nothing copied). Rows already done run along and change nothing. Given a `DeviceTree` for k: a greedy round of that tree."
+    if isinstance(k, DeviceTree): return self._tree_round(k)
     s, dev = self.s, self.device
     B = s['last'].shape[0]; ar = torch.arange(B, device=dev)
     act = s['n_out'] < s['budget']                                           # [B] rows still writing
@@ -140,34 +144,40 @@ def _round(self:DeviceRounds, k:int, temperature, generator, residual=True):
     lg, hid = static_pass(self.t, s['tc'], s['tc'].lens, x)
     if q is None and temperature != 0: q = lg.new_zeros(B, 0, lg.shape[-1])   # no guess, no q
     tokens, n = _decide(lg, d, q, None, temperature, generator, residual)
-    c = tokens[ar, n]                                                        # the corrected or bonus token
-    a = act.long()
-    if k > 0:
-        j = torch.arange(k, device=dev)[None]
-        s['pa'][:k] += ((j < n[:, None]) & act[:, None]).sum(0)
-        s['pp'][:k] += ((j <= n[:, None]) & act[:, None]).sum(0)
-    s['counts'].add_(torch.stack([act.any().long(), a.sum(), a.sum() * k, (n * a).sum()]))
+    self._advance(act, tokens, n, k, hid)
+    if self.kind == 'plain' or k > 0: return
+    c = tokens[ar, 0]                                                        # k = 0: the proposer reads nothing, the token joins its pending ones
+    i = s['np'].clamp(max=s['xp'].shape[1] - 1)
+    s['xp'][ar, i] = torch.where(act, c, s['xp'][ar, i])
+    if self.kind == 'mtp': s['hp'][ar, i] = torch.where(act[:, None], hid[:, 0], s['hp'][ar, i])
+    if temperature != 0: s['pt'][ar, i] = probs_at(lg[:, 0], temperature)[ar, c]   # for the catch-up's statistics
+    s['pl'][ar, i] = act
+    s['np'] += act.long()
+
+@patch
+def _advance(self:DeviceRounds, act, tokens, n, guesses:int, hid):
+    "What every round does once its rows' kept counts n are known: statistics, the output, the target's length moved past the kept tokens, and (after guesses) the emitted tokens, with the target's hidden states hid [B, width, D] at them, as the proposer's new pending ones. tokens [B, width]: kept guesses, then the corrected or bonus token, then padding (-1)."
+    s, dev = self.s, self.device
+    B, w = tokens.shape; ar = torch.arange(B, device=dev); a = act.long()
+    if w > 1:                                                                # positions tried: each after a kept one
+        j = torch.arange(w - 1, device=dev)[None]
+        s['pa'][:w - 1] += ((j < n[:, None]) & act[:, None]).sum(0)
+        s['pp'][:w - 1] += ((j <= n[:, None]) & act[:, None]).sum(0)
+    s['counts'].add_(torch.stack([act.any().long(), a.sum(), a.sum() * guesses, (n * a).sum()]))
     s['log'].index_copy_(0, s['ctr'].clamp(max=s['log'].shape[0] - 1), torch.where(act, n, -1)[None]); s['ctr'] += 1
     adv = n.add(1).mul_(a)                                                   # tokens each row keeps: accepted + 1, none when done
-    e = tokens.clamp(min=0)                                                  # [B, k+1] emitted, then padding
-    idx = (s['n_out'][:, None] + torch.arange(k + 1, device=dev)).clamp_(max=s['out'].shape[1] - 1)
+    e = tokens.clamp(min=0)                                                  # [B, w] emitted, then padding
+    idx = (s['n_out'][:, None] + torch.arange(w, device=dev)).clamp_(max=s['out'].shape[1] - 1)
     s['out'].scatter_(1, idx, torch.where(act[:, None], e, s['out'].gather(1, idx)))
     s['n_out'] += adv; s['tc'].lens += adv                                   # the target's rollback: its length, nothing else
-    s['last'].copy_(torch.where(act, c, s['last']))
-    if self.kind == 'plain': return
-    if k == 0:                                                               # the proposer reads nothing: the token joins its pending ones
-        i = s['np'].clamp(max=s['xp'].shape[1] - 1)
-        s['xp'][ar, i] = torch.where(act, c, s['xp'][ar, i])
-        if self.kind == 'mtp': s['hp'][ar, i] = torch.where(act[:, None], hid[:, 0], s['hp'][ar, i])
-        if temperature != 0: s['pt'][ar, i] = probs_at(lg[:, 0], temperature)[ar, c]   # for the catch-up's statistics
-        s['pl'][ar, i] = act
-        s['np'] += a
-        return
+    s['last'].copy_(torch.where(act, tokens[ar, n], s['last']))
+    if self.kind == 'plain' or w == 1: return
     W = s['xp'].shape[1]
     s['pc'].lens += s['np'] * a                                              # the proposer keeps what it read of the true text
-    s['xp'].copy_(torch.where(act[:, None], torch.nn.functional.pad(e, (0, W - k - 1)), s['xp']))
-    if self.kind == 'mtp': s['hp'].copy_(torch.where(act[:, None, None], torch.nn.functional.pad(hid, (0, 0, 0, W - k - 1)), s['hp']))
+    s['xp'].copy_(torch.where(act[:, None], torch.nn.functional.pad(e, (0, W - w)), s['xp']))
+    if self.kind == 'mtp': s['hp'].copy_(torch.where(act[:, None, None], torch.nn.functional.pad(hid, (0, 0, 0, W - w)), s['hp']))
     s['np'].copy_(torch.where(act, n + 1, s['np'])); s['pl'].zero_()
+
 
 # %% ../nbs/12c_device_rounds.ipynb #d0e5c379
 @patch
@@ -203,9 +213,9 @@ def _restore(self:DeviceRounds, snap:dict):
 def _step(self:DeviceRounds, k:int, temperature, generator, residual=True):
     "One round (k = -1: the proposer's catch-up): eagerly, or by replaying its CUDA graph (captured the first time, after warm-up rounds whose effect is undone)."
     rnd = self.compiled or self._round
-    fn = (lambda k, temperature, generator, residual: self._catch_up(temperature)) if k < 0 else rnd
+    fn = (lambda k, temperature, generator, residual: self._catch_up(temperature)) if isinstance(k, int) and k < 0 else rnd
     if not self.graphs or getattr(self, '_eager', False): return fn(k, temperature, generator, residual)
-    key = (k, repr(temperature), residual)
+    key = (repr(k), repr(temperature), residual)
     if key not in self._graphs:
         snap = self._snapshot()
         side = torch.cuda.Stream(); side.wait_stream(torch.cuda.current_stream())
@@ -240,25 +250,98 @@ def choose_k(self:DeviceRounds, prices:dict, prior:float=2.0) -> int:
     speed = {k: expected_tokens_pos(alphas[:k]) / t for k, t in prices.items()}
     return max(speed, key=speed.get)
 
+# %% ../nbs/12c_device_rounds.ipynb #dt0e0001
+class DeviceTree:
+    "A static tree shape laid out for the device rounds: node 0 the root (the last token emitted), then each level in order; each node's parent, depth and ancestors (itself included)."
+    def __init__(self, shape, device=None):
+        self.shape = shape if isinstance(shape, TreeShape) else parse_shape(shape)
+        if self.shape.nodes is not None: raise SmallemError(f"device rounds grow static trees (a shape such as '3x2'), not dynamic ones (got {shape!r})")
+        self.branch, self.levels = list(self.shape.branch), self.shape.levels()
+        parents, depth, first = [-1], [0], 0                                    # first: the first node of the level above
+        for d, (b, m) in enumerate(zip(self.branch, self.levels), 1):
+            parents += [first + j // b for j in range(m)]; depth += [d] * m; first = len(parents) - m
+        anc = torch.eye(len(parents), dtype=torch.bool)
+        for j in range(1, len(parents)): anc[j] |= anc[parents[j]]
+        self.n, self.D = len(parents) - 1, len(self.branch)                    # guesses, depth
+        self.start = [1 + sum(self.levels[:d]) for d in range(self.D)]          # node index of each level's first node
+        self.parents, self.depth, self.anc = (torch.tensor(parents, device=device), torch.tensor(depth, device=device), anc.to(device))
+    def __repr__(self): return f"DeviceTree({self.shape}: {self.n} nodes, depth {self.D})"
+
+def static_tree_plan(fm:FastSmallem, lens:torch.Tensor, rel:torch.Tensor, depth:torch.Tensor, vis:torch.Tensor, S:int) -> dict:
+    "The plan of a pass over tree nodes: node i written at slot `lens[b] + rel[i]`, at position `lens[b] + depth[i]`; it sees every slot before `lens[b]` and the slots `lens[b] + j` where `vis[i, j]` (its ancestors' and its own)."
+    B, T, R, dev = lens.shape[0], rel.shape[0], vis.shape[1], lens.device
+    write = (torch.arange(B, device=dev)[:, None] * S + lens[:, None] + rel).reshape(-1)
+    f = fm.freqs[(lens[:, None] + depth).clamp(max=fm.cfg.max_seq_len - 1)].view(B, T, 1, 1, -1)
+    r = torch.arange(S, device=dev)[None] - lens[:, None]                       # [B, S]: each slot relative to the row's length
+    seen = (r < 0)[:, None] | ((r < R)[:, None] & vis[:, r.clamp(0, R - 1)].transpose(0, 1))   # [B, T, S]
+    bias = torch.zeros(B, 1, T, S, device=dev, dtype=fm.emb.dtype).masked_fill_(~seen[:, None], float('-inf'))
+    return dict(f=f, write=write, read=write[:0], bias=bias, page_size=S, L=S, base=0, stride=1)
+
+@patch
+def _tree_round(self:DeviceRounds, tr:DeviceTree):
+    "A greedy round with the static tree `tr` for every row: one proposer pass per level, one verify pass over the root and every node, the deepest node whose ancestors all match the target's choices kept, its path's keys and values moved to a chain's slots."
+    s, dev, t = self.s, self.device, self.t
+    B = s['last'].shape[0]; ar = torch.arange(B, device=dev)
+    act = s['n_out'] < s['budget']
+    pc, fm = s['pc'], (t if self.kind == 'mtp' else self.d)
+    h = s['hp'] if self.kind == 'mtp' else None
+    lg, st = static_pass(fm, pc, pc.lens, s['xp'][:, :self.Kp], None if h is None else h[:, :self.Kp])
+    lg, st = lg[ar, s['np'] - 1], st[ar, s['np'] - 1]                          # the root's logits and state, [B, V], [B, D]
+    base = pc.lens + s['np']                                                   # the proposer's tree: node i (i >= 1) at slot base + i - 1
+    tok, state = [lg.topk(tr.branch[0], -1).indices], st[:, None].expand(B, tr.branch[0], st.shape[-1])
+    for d in range(1, tr.D):                                                   # a pass over level d gives level d + 1
+        a0, m = tr.start[d - 1], tr.levels[d - 1]
+        plan = static_tree_plan(fm, base, torch.arange(a0 - 1, a0 - 1 + m, device=dev), tr.depth[a0:a0 + m] - 1, tr.anc[a0:a0 + m, 1:], pc.S)
+        lg, st = fm._main(tok[-1], pc.kv, plan, B, m) if h is None else fm._mtp(state, tok[-1], pc.kv, plan, B, m)
+        tok.append(lg.topk(tr.branch[d], -1).indices.reshape(B, -1)); state = st.repeat_interleave(tr.branch[d], 1)
+    nodes = torch.cat([s['last'][:, None]] + tok, 1)                           # [B, 1 + n]
+    tc, N = s['tc'], tr.n + 1
+    lg, hid = t._main(nodes, tc.kv, static_tree_plan(t, tc.lens, torch.arange(N, device=dev), tr.depth, tr.anc, tc.S), B, N)
+    best = argmax(lg)                                                          # [B, 1 + n]: the target's choice after each node
+    ok = torch.cat([torch.ones_like(act)[:, None], nodes[:, 1:] == best[:, tr.parents[1:]]], 1)
+    kept = ~((~ok)[:, None, :] & tr.anc[None]).any(-1)                          # [B, 1 + n]: no refused node among its ancestors
+    n = (kept * tr.depth).amax(1)                                               # guesses kept
+    end = (kept & (tr.depth == n[:, None])).long().argmax(1)                   # the kept path's last node
+    on = tr.anc[end][:, None, :] & (tr.depth[None, None, :] == torch.arange(1, tr.D + 1, device=dev)[None, :, None])
+    path = (on.long() * torch.arange(N, device=dev)).sum(-1)                   # [B, D]: the path's node at each depth (0 past its end)
+    j = torch.arange(tr.D + 1, device=dev)[None]
+    walk = torch.cat([path, path[:, :1] * 0], 1)
+    tokens = torch.where(j < n[:, None], nodes.gather(1, walk), torch.where(j == n[:, None], best[ar, end][:, None], -1))
+    src = tc.lens[:, None] + torch.where(j[:, 1:] <= n[:, None], path, j[:, 1:]) + ar[:, None] * tc.S   # the path's slots, then each slot onto itself
+    dst = tc.lens[:, None] + j[:, 1:] + ar[:, None] * tc.S
+    tc.kv.index_copy_(1, dst.reshape(-1), tc.kv.index_select(1, src.reshape(-1)))
+    self._advance(act, tokens, n, tr.n, hid.gather(1, torch.cat([path[:, :1] * 0, path], 1)[..., None].expand(-1, -1, hid.shape[-1])))
+
+
 # %% ../nbs/12c_device_rounds.ipynb #04689251
 @patch
 @torch.inference_mode()
 def generate(self:DeviceRounds, prompts:list[list[int]], max_new_tokens:int, k:int|str=2, temperature:float=0.0,
              generator:torch.Generator|None=None, every:int=8,     # rounds between two host reads
              prices:dict|None=None,                                   # adaptive: seconds per round of each k (default: measured here, once per shape)
-             top_k:int|None=None, top_p:float|None=None, min_p:float|None=None, _residual:bool=True):
-    "Generate with rounds that stay on the device; returns (new tokens of each prompt, `SpecStats`). `k`: a number, or 'adaptive' (k from 0 to kmax chosen every `every` rounds)."
+             top_k:int|None=None, top_p:float|None=None, min_p:float|None=None,
+             tree:str|None=None,                                      # a static tree shape such as '3x2' (greedy): each round grows and verifies it instead of a chain of k
+             _residual:bool=True):
+    "Generate with rounds that stay on the device; returns (new tokens of each prompt, `SpecStats`). `k`: a number, or 'adaptive' (k from 0 to kmax chosen every `every` rounds); or a `tree`, whose rounds count its nodes as guesses."
     temperature = sampling(temperature, top_k, top_p, min_p)
     L = self.t.cfg.max_seq_len
     prompts = check_prompts(prompts, self.t.cfg.vocab_size, L)
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1: raise SmallemError(f"max_new_tokens must be an integer >= 1 (got {max_new_tokens!r})")
     if max(map(len, prompts)) + max_new_tokens > L: raise SmallemError(f"a prompt of {max(map(len, prompts))} tokens and {max_new_tokens} new ones exceed the context of {L}")
+    tr = None
+    if tree is not None:
+        if self.kind == 'plain': raise SmallemError("a tree needs a proposer: the target alone has none")
+        if temperature != 0: raise SmallemError(f"trees in the device rounds are greedy (temperature 0, got {temperature}); sampled trees run in 09a_trees' loop")
+        if k == 'adaptive': raise SmallemError("give a tree or k='adaptive', not both")
+        if str(tree) not in self._trees: self._trees[str(tree)] = DeviceTree(tree, self.device)
+        tr = self._trees[str(tree)]
+        if tr.D > self.kmax: raise SmallemError(f"the tree {tree} is {tr.D} deep, more than kmax = {self.kmax}")
     adaptive = k == 'adaptive'
-    if not adaptive and not (isinstance(k, int) and 0 <= k <= self.kmax): raise SmallemError(f"k must be an integer in [0, {self.kmax}] or 'adaptive' (got {k!r})")
+    if tr is None and not adaptive and not (isinstance(k, int) and 0 <= k <= self.kmax): raise SmallemError(f"k must be an integer in [0, {self.kmax}] or 'adaptive' (got {k!r})")
     if not isinstance(every, int) or every < 1: raise SmallemError(f"every must be an integer >= 1 (got {every!r})")
     if self.graphs and generator is not None: raise SmallemError("rounds on CUDA graphs draw from the default generator: seed it with torch.manual_seed, pass no generator")
     n = max(map(len, prompts)) + max_new_tokens                                   # slots a row's true text may need, then room for a round or a catch-up past them
-    self._alloc(len(prompts), max_new_tokens + self.Kp + 1, -(-n // 64) * 64 + 2 * self.Kp + every + 1, every)
+    self._alloc(len(prompts), max_new_tokens + self.Kp + 1, -(-n // 64) * 64 + 2 * self.Kp + every + 1 + (tr.n + 1 if tr else 0), every)
     self._eager = isinstance(temperature, Sampling) and (temperature.top_k or temperature.top_p)   # their filters read values on the host: no graph
     if adaptive and prices is None:                                               # measured once per shape, before the clock starts
         key = ('prices', repr(temperature))
@@ -270,14 +353,14 @@ def generate(self:DeviceRounds, prompts:list[list[int]], max_new_tokens:int, k:i
         prices = self._graphs[key]
     clock = time.perf_counter; t0 = clock()
     self._start(prompts, max_new_tokens, temperature, generator); sync(self.device); t1 = clock()
-    kr, k_used = (0 if self.kind == 'plain' else (k if not adaptive else min(2, self.kmax))), []
+    kr, k_used = (0 if self.kind == 'plain' else tr or (k if not adaptive else min(2, self.kmax))), []
     left = max_new_tokens - 1                                                     # the most tokens a row still needs
     while left > 0:
         if adaptive and k_used: kr = self.choose_k(prices)
-        m = min(every, -(-left // (kr + 1)))                                       # rounds that cannot overshoot: each row keeps at most k + 1 a round
+        m = min(every, -(-left // ((tr.D if tr else kr) + 1)))                     # rounds that cannot overshoot: each row keeps at most k + 1 a round (depth + 1 for a tree)
         for _ in range(m): self._step(kr, temperature, generator, _residual)
         if kr == 0 and self.kind != 'plain': self._step(-1, temperature, generator)   # the proposer catches up once a block
-        k_used += [kr] * m
+        k_used += [str(tr.shape) if tr else kr] * m
         left = int((self.s['budget'] - self.s['n_out']).clamp_(min=0).max())      # the host's one read, every `every` rounds at most
     sync(self.device); t2 = clock()
     s = self.s; rounds, row_rounds, proposed, accepted = s['counts'].tolist()
@@ -291,16 +374,19 @@ def generate(self:DeviceRounds, prompts:list[list[int]], max_new_tokens:int, k:i
 # %% ../nbs/12c_device_rounds.ipynb #ac839911
 def rounds_bench(preset:str|None=None, proposers=('mtp', 'draft2'), ks=(1, 2, 3, 'adaptive'), batches=(1, 8), temperatures=(0.0, 1.0),
                  prompts:int=8, new_tokens:int=200, repeats:int=1, kmax:int=4, every:int=8, progress:bool=True,
-                 compile:bool=False) -> dict:                                 # rounds fused by torch.compile first (`DeviceRounds`)
-    "The article's measurement on device rounds: tokens/s of the target alone (plain rounds on the same machinery) and of each proposer and k, side by side in every repeat; at batch 1 the prompts one at a time. Greedy texts are checked against the target alone's."
+                 compile:bool=False,                                          # rounds fused by torch.compile first (`DeviceRounds`)
+                 trees=()) -> dict:                                           # static tree shapes ('3x2'): rows `<proposer>_tree`, greedy only
+    "The article's measurement on device rounds: tokens/s of the target alone (plain rounds on the same machinery) and of each proposer and k (or tree), side by side in every repeat; at batch 1 the prompts one at a time. Greedy texts are checked against the target alone's."
     t = load_or_train(preset, 'target'); P = validation_prompts(preset, n=prompts)
     engines = {'target alone': DeviceRounds(t, None, compile=compile)}
     for name in proposers: engines[name] = DeviceRounds(t, 'mtp' if name == 'mtp' else load_or_train(preset, name), kmax=kmax, compile=compile)
     cases = [(n, k, B, T) for B in batches for T in temperatures for n in engines for k in ((0,) if n == 'target alone' else ks)]
+    cases += [(n + '_tree', s, B, 0.0) for B in batches for n in proposers for s in trees if 0.0 in temperatures]
     def run(n, k, B, T, seed):
         torch.manual_seed(seed); outs, st, t0 = [], None, time.perf_counter()
+        tree = n.endswith('_tree'); dr = engines[n.removesuffix('_tree')]
         for i in range(0, len(P), B):
-            o, s1 = engines[n].generate(P[i:i + B], new_tokens, k, T, every=every); outs += o; st = s1 if st is None else st + s1
+            o, s1 = dr.generate(P[i:i + B], new_tokens, *((0, T) if tree else (k, T)), every=every, tree=k if tree else None); outs += o; st = s1 if st is None else st + s1
         sync(t.device); return outs, st, time.perf_counter() - t0
     for c in cases: run(*c, 0)                                                    # untimed: captures the graphs, measures the adaptive policy's prices
     rows = []

@@ -11,6 +11,7 @@ from smallem_spec.spec import speculative_generate, DraftProposer
 from smallem_spec.mtp import MTPProposer
 from smallem_spec.exactness import law_test
 from smallem_spec.resident import DeviceRounds, StaticCache, static_pass
+from smallem_spec.tree import tree_generate, TreeMTP, TreeDrafter
 
 @pytest.fixture(scope='module')
 def script(cpu_models):
@@ -56,6 +57,21 @@ def schedule(dr, ks):
     it = itertools.cycle(ks); dr.choose_k = lambda prices: next(it)
     return {k: 1.0 for k in range(dr.kmax + 1)}
 
+def _check_caches(dr, script, P):
+    "Each cache's kept slots equal a fresh pass over the text (the target's, the drafter's or the MTP module's), and the proposer's cache and pending tokens add up to the text."
+    s, t, S = dr.s, script['target'], dr.s['tc'].S
+    full = [p + o for p, o in zip(P, s['out'].tolist())]
+    for b, p in enumerate(P):
+        n_t = int(s['tc'].lens[b]); x = torch.tensor([full[b][:n_t]])
+        fresh = StaticCache(t, 1, S, t.cfg.n_layers); _, hid = static_pass(t, fresh, fresh.lens, x)
+        torch.testing.assert_close(s['tc'].kv[:, b * S:b * S + n_t], fresh.kv[:, :n_t], rtol=1e-4, atol=1e-4)
+        n_p, pc = int(s['pc'].lens[b]), s['pc']
+        ref = StaticCache(dr.d or t, 1, S, pc.kv.shape[0])
+        if dr.kind == 'draft': static_pass(dr.d, ref, ref.lens, torch.tensor([full[b][:n_p]]))
+        else: static_pass(t, ref, ref.lens, torch.tensor([full[b][1:n_p + 1]]), hid[:, :n_p])
+        torch.testing.assert_close(pc.kv[:, b * S:b * S + n_p], ref.kv[:, :n_p], rtol=1e-4, atol=1e-4)
+        assert n_p + int(s['np'][b]) == n_t + (1 if dr.kind == 'draft' else 0), "the proposer's cache and its pending tokens do not add up to the text"
+
 @pytest.mark.parametrize('ks', [(3,), (0, 3, 0, 1)])
 def test_caches_hold_the_text(rounds, script, cpu_models, prompts, ks):
     "After a generation (rounds of k = 3, or blocks of plain steps, where the proposer reads nothing, between rounds), each cache's kept slots equal a fresh pass over the text (the target's, the drafter's, the MTP module's), and the text is the target alone's."
@@ -63,20 +79,43 @@ def test_caches_hold_the_text(rounds, script, cpu_models, prompts, ks):
     t = script['target']
     for name in ('draft2', 'mtp'):
         dr = DeviceRounds(t, script['draft2'] if name == 'draft2' else 'mtp', kmax=4)
-        out, st = dr.generate(P, 40, 'adaptive', every=2, prices=schedule(dr, ks)); s = dr.s
+        out, st = dr.generate(P, 40, 'adaptive', every=2, prices=schedule(dr, ks))
         assert out == generate(cpu_models['target'], P, 40) and (0 in ks) == (0 in st.k_used)
-        full = [p + o for p, o in zip(P, s['out'].tolist())]
-        for b, p in enumerate(P):
-            n_t = int(s['tc'].lens[b]); x = torch.tensor([full[b][:n_t]])
-            fresh = StaticCache(t, 1, s['tc'].S, t.cfg.n_layers); _, hid = static_pass(t, fresh, fresh.lens, x)
-            S = s['tc'].S
-            torch.testing.assert_close(s['tc'].kv[:, b * S:b * S + n_t], fresh.kv[:, :n_t], rtol=1e-4, atol=1e-4)
-            n_p, pc = int(s['pc'].lens[b]), s['pc']
-            ref = StaticCache(script['draft2'] if name == 'draft2' else t, 1, S, pc.kv.shape[0])
-            if name == 'draft2': static_pass(script['draft2'], ref, ref.lens, torch.tensor([full[b][:n_p]]))
-            else: static_pass(t, ref, ref.lens, torch.tensor([full[b][1:n_p + 1]]), hid[:, :n_p])
-            torch.testing.assert_close(pc.kv[:, b * S:b * S + n_p], ref.kv[:, :n_p], rtol=1e-4, atol=1e-4)
-            assert n_p + int(s['np'][b]) == n_t + (1 if name == 'draft2' else 0), "the proposer's cache and its pending tokens do not add up to the text"
+        _check_caches(dr, script, P)
+
+@pytest.mark.parametrize('name', ['mtp', 'draft2'])
+def test_trees(rounds, script, cpu_models, prompts, name):
+    """Static trees in the device rounds, greedy: the text is the target alone's for one row and for four rows of different
+    lengths; every cache holds the text afterwards (the kept path's keys and values moved to a chain's slots); a tree that
+    is a chain (`1x1x1`) keeps, round by round, what the chain of k = 3 keeps, and a `3x2` tree what the reference tree
+    loop of `09a_trees` keeps; a branching tree keeps more a round than its chain-shaped spine (`3x2` against `1x1`)."""
+    dr = rounds[name]
+    for P in (prompts[:1], [p[:n] for p, n in zip(prompts[1:5], (32, 9, 20, 2))]):
+        plain = generate(cpu_models['target'], P, 48)
+        for tree in ('2', '3x2', '2x2x1'):
+            out, st = dr.generate(P, 48, tree=tree, every=4)
+            assert out == plain, f"{name} tree {tree}: the greedy text differs from the target alone"
+            assert st.proposed == st.row_rounds * {'2': 2, '3x2': 9, '2x2x1': 10}[tree] and st.k_used[0] == tree
+            _check_caches(dr, script, P)
+    P = [p[:n] for p, n in zip(prompts[1:5], (32, 9, 20, 2))]
+    ref, N = [], 40                                               # round by round, the rows hold what 09a's tree loop (the reference path) holds
+    held = [1] * len(P)
+    def on_round(rows, tree, paths, emitted):
+        for r, e in zip(rows, emitted): held[r] = min(held[r] + len(e), N)
+        ref.append(list(held))
+    prop = TreeMTP(cpu_models['target']) if name == 'mtp' else TreeDrafter(cpu_models['draft2'])
+    tree_generate(cpu_models['target'], prop, P, N, '3x2', on_round=on_round)
+    _, st = dr.generate(P, N, tree='3x2', every=3)
+    held, dev = [1] * len(P), []
+    for r in st.round_log.tolist():
+        held = [min(h + (n + 1 if n >= 0 else 0), N) for h, n in zip(held, r)]; dev.append(held)
+    assert dev == ref, "the device rounds kept other counts than the reference tree loop"
+    _, chain = dr.generate(P, 48, 3, every=4)
+    _, tree = dr.generate(P, 48, tree='1x1x1', every=4)
+    assert tree.round_log.tolist() == chain.round_log.tolist(), "a chain-shaped tree kept other counts than the chain"
+    _, spine = dr.generate(P, 60, tree='1x1', every=4)
+    _, wide = dr.generate(P, 60, tree='3x2', every=4)
+    assert wide.tokens_per_round > spine.tokens_per_round
 
 def test_sampled_law(rounds, script, prompts):
     """Tokens 2 and 3 of 8,000 sampled continuations (MTP, k = 2, T = 1) against the target's exact law: two chi-squared
@@ -127,3 +166,8 @@ def test_bad_inputs(script, prompts):
     with pytest.raises(SmallemError, match='exceed the context'): dr.generate(prompts[:1], 250, 2)
     with pytest.raises(SmallemError, match='max_new_tokens'): dr.generate(prompts[:1], 0, 2)
     with pytest.raises(SmallemError, match='temperature'): dr.generate(prompts[:1], 10, 2, -1.0)
+    with pytest.raises(SmallemError, match='are greedy'): dr.generate(prompts[:1], 10, 2, 1.0, tree='2')
+    with pytest.raises(SmallemError, match='more than kmax'): dr.generate(prompts[:1], 10, tree='2x1x1')
+    with pytest.raises(SmallemError, match='not both'): dr.generate(prompts[:1], 10, 'adaptive', tree='2')
+    with pytest.raises(SmallemError, match='static trees'): dr.generate(prompts[:1], 10, tree='n8w2t2d4')
+    with pytest.raises(SmallemError, match='needs a proposer'): DeviceRounds(t, None).generate(prompts[:1], 10, tree='2')
