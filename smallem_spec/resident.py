@@ -20,8 +20,8 @@ from .cost import expected_tokens_pos
 from .tree import TreeShape, parse_shape
 
 # %% auto #0
-__all__ = ['StaticCache', 'static_plan', 'static_pass', 'DeviceRounds', 'DeviceTree', 'static_tree_plan', 'rounds_bench',
-           'format_rounds']
+__all__ = ['StaticCache', 'static_plan', 'static_pass', 'DeviceRounds', 'DeviceTree', 'static_tree_plan', 'tree_walk',
+           'rounds_bench', 'format_rounds']
 
 # %% ../nbs/12c_device_rounds.ipynb #c950a769
 class StaticCache:
@@ -134,8 +134,8 @@ def _propose(self:DeviceRounds, k:int, temperature, generator):
 
 @patch
 def _round(self:DeviceRounds, k:int|DeviceTree, temperature, generator, residual=True):
-    "One round for every row, as tensor operations with static shapes: guesses, one verify pass over k + 1 tokens, the decision, the rollback (each cache's length moved, nothing copied). Rows already done run along and change nothing. Given a `DeviceTree` for k: a greedy round of that tree."
-    if isinstance(k, DeviceTree): return self._tree_round(k)
+    "One round for every row, as tensor operations with static shapes: guesses, one verify pass over k + 1 tokens, the decision, the rollback (each cache's length moved, nothing copied). Rows already done run along and change nothing. Given a `DeviceTree` for k: a round of that tree (`residual` then names the walk's rule: True for the exact one)."
+    if isinstance(k, DeviceTree): return self._tree_round(k, temperature, generator, 'exact' if residual is True else residual)
     s, dev = self.s, self.device
     B = s['last'].shape[0]; ar = torch.arange(B, device=dev)
     act = s['n_out'] < s['budget']                                           # [B] rows still writing
@@ -277,9 +277,45 @@ def static_tree_plan(fm:FastSmallem, lens:torch.Tensor, rel:torch.Tensor, depth:
     bias = torch.zeros(B, 1, T, S, device=dev, dtype=fm.emb.dtype).masked_fill_(~seen[:, None], float('-inf'))
     return dict(f=f, write=write, read=write[:0], bias=bias, page_size=S, L=S, base=0, stride=1)
 
+def tree_walk(tr:DeviceTree, nodes:torch.Tensor, lg:torch.Tensor, temperature, generator=None, rule:str='exact'):
+    """Which guesses of each row's tree the target keeps, as tensor operations: nodes [B, 1 + n] (the root first), lg [B, 1 + n, V] the target's logits after each node. Greedy: the deepest node whose ancestors all match the target's choice at their parent. Sampled (09a's rule for children chosen with certainty): from the root, each node's children in rank order against the residual law r (p with the refused siblings removed), kept with probability r(x); all refused: a draw from r; a kept leaf: a draw from p. Returns (kept count n [B], the path's node at each depth [B, D] (0 past its end), tokens [B, D + 1]: the kept guesses, the corrected or bonus token, then -1). `rule` plants the controls' bugs: 'unchanged' (siblings tried against p itself) or 'keep' (refused siblings left in r)."""
+    B, N = nodes.shape; dev = nodes.device; ar = torch.arange(B, device=dev)
+    j = torch.arange(tr.D + 1, device=dev)[None]
+    if temperature == 0:
+        best = argmax(lg)                                                      # [B, 1 + n]: the target's choice after each node
+        ok = torch.cat([torch.ones_like(nodes[:, :1], dtype=torch.bool), nodes[:, 1:] == best[:, tr.parents[1:]]], 1)
+        kept = ~((~ok)[:, None, :] & tr.anc[None]).any(-1)                      # [B, 1 + n]: no refused node among its ancestors
+        n = (kept * tr.depth).amax(1)
+        end = (kept & (tr.depth == n[:, None])).long().argmax(1)               # the kept path's last node
+        on = tr.anc[end][:, None, :] & (tr.depth[None, None, :] == j[:, 1:, None])
+        path = (on.long() * torch.arange(N, device=dev)).sum(-1)               # [B, D]
+        last = best[ar, end]
+    else:
+        p = probs_at(lg, temperature).double()                                 # [B, 1 + n, V]
+        cur, alive, n = torch.zeros_like(ar), torch.ones_like(ar, dtype=torch.bool), torch.zeros_like(ar)
+        path, r_end = torch.zeros(B, tr.D, dtype=torch.long, device=dev), p[:, 0].clone()
+        first = 0                                                              # the first node of cur's level
+        for d, b in enumerate(tr.branch):
+            r, nxt, took = p[ar, cur].clone(), cur.clone(), torch.zeros_like(alive)
+            for rank in range(b):
+                c = (tr.start[d] + (cur - first) * b + rank).clamp_(0, N - 1)   # cur's child of this rank (rows done: any node)
+                x = nodes[ar, c]
+                pr = p[ar, cur, x] if rule == 'unchanged' else r[ar, x] / r.sum(-1)
+                take = alive & ~took & (torch.rand(B, generator=generator, dtype=torch.float64, device=dev) < pr)
+                nxt = torch.where(take, c, nxt); took |= take
+                if rule != 'keep': r[ar, x] = torch.where(took, r[ar, x], 0.0)
+            r_end = torch.where((alive & ~took)[:, None], r, r_end)            # stopped here: the correction comes from r
+            path[:, d] = torch.where(took, nxt, 0); n += took.long()
+            alive, cur, first = took, nxt, tr.start[d]
+        r_end = torch.where(alive[:, None], p[ar, cur], r_end)                 # a kept leaf: a draw from p
+        last = sample_probs(r_end, generator)
+    walk = torch.cat([path, path[:, :1] * 0], 1)
+    tokens = torch.where(j < n[:, None], nodes.gather(1, walk), torch.where(j == n[:, None], last[:, None], -1))
+    return n, path, tokens
+
 @patch
-def _tree_round(self:DeviceRounds, tr:DeviceTree):
-    "A greedy round with the static tree `tr` for every row: one proposer pass per level, one verify pass over the root and every node, the deepest node whose ancestors all match the target's choices kept, its path's keys and values moved to a chain's slots."
+def _tree_round(self:DeviceRounds, tr:DeviceTree, temperature=0.0, generator=None, rule:str='exact'):
+    "A round with the static tree `tr` for every row: one proposer pass per level, one verify pass over the root and every node, `tree_walk`'s kept path, whose keys and values move to a chain's slots."
     s, dev, t = self.s, self.device, self.t
     B = s['last'].shape[0]; ar = torch.arange(B, device=dev)
     act = s['n_out'] < s['budget']
@@ -297,18 +333,10 @@ def _tree_round(self:DeviceRounds, tr:DeviceTree):
     nodes = torch.cat([s['last'][:, None]] + tok, 1)                           # [B, 1 + n]
     tc, N = s['tc'], tr.n + 1
     lg, hid = t._main(nodes, tc.kv, static_tree_plan(t, tc.lens, torch.arange(N, device=dev), tr.depth, tr.anc, tc.S), B, N)
-    best = argmax(lg)                                                          # [B, 1 + n]: the target's choice after each node
-    ok = torch.cat([torch.ones_like(act)[:, None], nodes[:, 1:] == best[:, tr.parents[1:]]], 1)
-    kept = ~((~ok)[:, None, :] & tr.anc[None]).any(-1)                          # [B, 1 + n]: no refused node among its ancestors
-    n = (kept * tr.depth).amax(1)                                               # guesses kept
-    end = (kept & (tr.depth == n[:, None])).long().argmax(1)                   # the kept path's last node
-    on = tr.anc[end][:, None, :] & (tr.depth[None, None, :] == torch.arange(1, tr.D + 1, device=dev)[None, :, None])
-    path = (on.long() * torch.arange(N, device=dev)).sum(-1)                   # [B, D]: the path's node at each depth (0 past its end)
-    j = torch.arange(tr.D + 1, device=dev)[None]
-    walk = torch.cat([path, path[:, :1] * 0], 1)
-    tokens = torch.where(j < n[:, None], nodes.gather(1, walk), torch.where(j == n[:, None], best[ar, end][:, None], -1))
-    src = tc.lens[:, None] + torch.where(j[:, 1:] <= n[:, None], path, j[:, 1:]) + ar[:, None] * tc.S   # the path's slots, then each slot onto itself
-    dst = tc.lens[:, None] + j[:, 1:] + ar[:, None] * tc.S
+    n, path, tokens = tree_walk(tr, nodes, lg, temperature, generator, rule)
+    j = torch.arange(1, tr.D + 1, device=dev)[None]
+    src = tc.lens[:, None] + torch.where(j <= n[:, None], path, j) + ar[:, None] * tc.S   # the path's slots, then each slot onto itself
+    dst = tc.lens[:, None] + j + ar[:, None] * tc.S
     tc.kv.index_copy_(1, dst.reshape(-1), tc.kv.index_select(1, src.reshape(-1)))
     self._advance(act, tokens, n, tr.n, hid.gather(1, torch.cat([path[:, :1] * 0, path], 1)[..., None].expand(-1, -1, hid.shape[-1])))
 
@@ -320,7 +348,7 @@ def generate(self:DeviceRounds, prompts:list[list[int]], max_new_tokens:int, k:i
              generator:torch.Generator|None=None, every:int=8,     # rounds between two host reads
              prices:dict|None=None,                                   # adaptive: seconds per round of each k (default: measured here, once per shape)
              top_k:int|None=None, top_p:float|None=None, min_p:float|None=None,
-             tree:str|None=None,                                      # a static tree shape such as '3x2' (greedy): each round grows and verifies it instead of a chain of k
+             tree:str|None=None,                                      # a static tree shape such as '3x2': each round grows and verifies it instead of a chain of k
              _residual:bool=True):
     "Generate with rounds that stay on the device; returns (new tokens of each prompt, `SpecStats`). `k`: a number, or 'adaptive' (k from 0 to kmax chosen every `every` rounds); or a `tree`, whose rounds count its nodes as guesses."
     temperature = sampling(temperature, top_k, top_p, min_p)
@@ -331,7 +359,6 @@ def generate(self:DeviceRounds, prompts:list[list[int]], max_new_tokens:int, k:i
     tr = None
     if tree is not None:
         if self.kind == 'plain': raise SmallemError("a tree needs a proposer: the target alone has none")
-        if temperature != 0: raise SmallemError(f"trees in the device rounds are greedy (temperature 0, got {temperature}); sampled trees run in 09a_trees' loop")
         if k == 'adaptive': raise SmallemError("give a tree or k='adaptive', not both")
         if str(tree) not in self._trees: self._trees[str(tree)] = DeviceTree(tree, self.device)
         tr = self._trees[str(tree)]
@@ -375,13 +402,13 @@ def generate(self:DeviceRounds, prompts:list[list[int]], max_new_tokens:int, k:i
 def rounds_bench(preset:str|None=None, proposers=('mtp', 'draft2'), ks=(1, 2, 3, 'adaptive'), batches=(1, 8), temperatures=(0.0, 1.0),
                  prompts:int=8, new_tokens:int=200, repeats:int=1, kmax:int=4, every:int=8, progress:bool=True,
                  compile:bool=False,                                          # rounds fused by torch.compile first (`DeviceRounds`)
-                 trees=()) -> dict:                                           # static tree shapes ('3x2'): rows `<proposer>_tree`, greedy only
+                 trees=()) -> dict:                                           # static tree shapes ('3x2'): rows `<proposer>_tree`
     "The article's measurement on device rounds: tokens/s of the target alone (plain rounds on the same machinery) and of each proposer and k (or tree), side by side in every repeat; at batch 1 the prompts one at a time. Greedy texts are checked against the target alone's."
     t = load_or_train(preset, 'target'); P = validation_prompts(preset, n=prompts)
     engines = {'target alone': DeviceRounds(t, None, compile=compile)}
     for name in proposers: engines[name] = DeviceRounds(t, 'mtp' if name == 'mtp' else load_or_train(preset, name), kmax=kmax, compile=compile)
     cases = [(n, k, B, T) for B in batches for T in temperatures for n in engines for k in ((0,) if n == 'target alone' else ks)]
-    cases += [(n + '_tree', s, B, 0.0) for B in batches for n in proposers for s in trees if 0.0 in temperatures]
+    cases += [(n + '_tree', s, B, T) for B in batches for T in temperatures for n in proposers for s in trees]
     def run(n, k, B, T, seed):
         torch.manual_seed(seed); outs, st, t0 = [], None, time.perf_counter()
         tree = n.endswith('_tree'); dr = engines[n.removesuffix('_tree')]

@@ -18,9 +18,9 @@
 # rounds runs `rounds_bench` (8 prompts x 200 tokens, mtp and draft2, k = 1, 2, 3, adaptive, B = 1 and 8, T = 0 and 1)
 # with COMPILE=0 (rounds on graphs) and COMPILE=1 (compiled first: mtp k = 2, 3 at B = 1, greedy, as compiling costs seconds
 # per shape); nbdev runs every notebook on the GPU (the committed cpu family, as CI does), with its time.
-# Not in the default parts: trees (TREES_SECONDS, 180; TREES, default 2,3x2,4x2x1,3x2x2x1,4x3x2x1: up to 64 nodes, where
+# Not in the default parts: trees (TREES_SECONDS, 300; TREES, default 2,3x2,4x2x1,3x2x2x1,4x3x2x1: up to 64 nodes, where
 # 09a's cost model with rows free puts the best trees) runs `rounds_bench` with static trees beside chains of k = 1 to 4
-# for mtp and draft2, greedy, B = 1, 8 x 200 tokens, 3 repeats (the token-tree issue's measurement), then checks trees'
+# for mtp and draft2, T = 0 and 1, B = 1, 8 x 200 tokens, 3 repeats (the token-tree issue's measurement), then checks trees'
 # greedy text at B = 8: e.g. PARTS=train,rounds_check,trees.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -115,10 +115,10 @@ r = rounds_bench(None, $grid, prompts=8, new_tokens=200, repeats=1, compile=bool
 r['meta']['command'] = 'COMPILE=$c bash tools/gpu_check.sh'
 open('$OUT/rounds_${SMALLEM_PRESET}_${card}_compile$c.json', 'w').write(json.dumps(r, indent=1)); print(format_rounds(r))"
   done
-  part "trees: rounds_bench with static trees beside the chains, greedy, B = 1" "${TREES_SECONDS:-180}" $PY -c "
+  part "trees: rounds_bench with static trees beside the chains, B = 1" "${TREES_SECONDS:-300}" $PY -c "
 import json, torch
 from smallem_spec.resident import rounds_bench, format_rounds
-r = rounds_bench(None, ('mtp', 'draft2'), (1, 2, 3, 4), (1,), (0.0,), prompts=8, new_tokens=200, repeats=3, progress=False, trees=tuple('${TREES:-2,3x2,4x2x1,3x2x2x1,4x3x2x1}'.split(',')))
+r = rounds_bench(None, ('mtp', 'draft2'), (1, 2, 3, 4), (1,), (0.0, 1.0), prompts=8, new_tokens=200, repeats=3, progress=False, trees=tuple('${TREES:-2,3x2,4x2x1,3x2x2x1,4x3x2x1}'.split(',')))
 r['meta']['command'] = 'PARTS=trees bash tools/gpu_check.sh'
 open('$OUT/rounds_trees_${SMALLEM_PRESET}_${card}.json', 'w').write(json.dumps(r, indent=1)); print(format_rounds(r), flush=True)
 from smallem_spec.resident import DeviceRounds
