@@ -4,7 +4,8 @@
 
 # %% ../nbs/12c_device_rounds.ipynb #968eace4
 from __future__ import annotations
-import time
+import json, time
+from pathlib import Path
 import torch
 from fastcore.basics import patch
 from tqdm.auto import tqdm
@@ -279,6 +280,7 @@ def static_tree_plan(fm:FastSmallem, lens:torch.Tensor, rel:torch.Tensor, depth:
 
 def tree_walk(tr:DeviceTree, nodes:torch.Tensor, lg:torch.Tensor, temperature, generator=None, rule:str='exact'):
     """Which guesses of each row's tree the target keeps, as tensor operations: nodes [B, 1 + n] (the root first), lg [B, 1 + n, V] the target's logits after each node. Greedy: the deepest node whose ancestors all match the target's choice at their parent. Sampled (09a's rule for children chosen with certainty): from the root, each node's children in rank order against the residual law r (p with the refused siblings removed), kept with probability r(x); all refused: a draw from r; a kept leaf: a draw from p. Returns (kept count n [B], the path's node at each depth [B, D] (0 past its end), tokens [B, D + 1]: the kept guesses, the corrected or bonus token, then -1). `rule` plants the controls' bugs: 'unchanged' (siblings tried against p itself) or 'keep' (refused siblings left in r)."""
+    if rule not in ('exact', 'unchanged', 'keep'): raise SmallemError(f"a tree's rule is 'exact', or a control's bug 'unchanged' or 'keep' (got {rule!r})")
     B, N = nodes.shape; dev = nodes.device; ar = torch.arange(B, device=dev)
     j = torch.arange(tr.D + 1, device=dev)[None]
     if temperature == 0:
@@ -348,7 +350,7 @@ def generate(self:DeviceRounds, prompts:list[list[int]], max_new_tokens:int, k:i
              generator:torch.Generator|None=None, every:int=8,     # rounds between two host reads
              prices:dict|None=None,                                   # adaptive: seconds per round of each k (default: measured here, once per shape)
              top_k:int|None=None, top_p:float|None=None, min_p:float|None=None,
-             tree:str|None=None,                                      # a static tree shape such as '3x2': each round grows and verifies it instead of a chain of k
+             tree:str|None=None,                                      # a static tree shape such as '3x2': each round grows and verifies it instead of a chain (k is then ignored)
              _residual:bool=True):
     "Generate with rounds that stay on the device; returns (new tokens of each prompt, `SpecStats`). `k`: a number, or 'adaptive' (k from 0 to kmax chosen every `every` rounds); or a `tree`, whose rounds count its nodes as guesses."
     temperature = sampling(temperature, top_k, top_p, min_p)
@@ -402,7 +404,8 @@ def generate(self:DeviceRounds, prompts:list[list[int]], max_new_tokens:int, k:i
 def rounds_bench(preset:str|None=None, proposers=('mtp', 'draft2'), ks=(1, 2, 3, 'adaptive'), batches=(1, 8), temperatures=(0.0, 1.0),
                  prompts:int=8, new_tokens:int=200, repeats:int=1, kmax:int=4, every:int=8, progress:bool=True,
                  compile:bool=False,                                          # rounds fused by torch.compile first (`DeviceRounds`)
-                 trees=()) -> dict:                                           # static tree shapes ('3x2'): rows `<proposer>_tree`
+                 trees=(),                                                    # static tree shapes ('3x2'): rows `<proposer>_tree`
+                 json_path:str|None=None) -> dict:                            # written after every repeat, so a run cut short keeps what it finished
     "The article's measurement on device rounds: tokens/s of the target alone (plain rounds on the same machinery) and of each proposer and k (or tree), side by side in every repeat; at batch 1 the prompts one at a time. Greedy texts are checked against the target alone's."
     t = load_or_train(preset, 'target'); P = validation_prompts(preset, n=prompts)
     engines = {'target alone': DeviceRounds(t, None, compile=compile)}
@@ -416,7 +419,9 @@ def rounds_bench(preset:str|None=None, proposers=('mtp', 'draft2'), ks=(1, 2, 3,
             o, s1 = dr.generate(P[i:i + B], new_tokens, *((0, T) if tree else (k, T)), every=every, tree=k if tree else None); outs += o; st = s1 if st is None else st + s1
         sync(t.device); return outs, st, time.perf_counter() - t0
     for c in cases: run(*c, 0)                                                    # untimed: captures the graphs, measures the adaptive policy's prices
-    rows = []
+    dev = torch.cuda.get_device_name(t.device) if t.device.type == 'cuda' else cpu_info()['model']
+    res = dict(meta=dict(device=dev, preset=preset, prompts=prompts, new_tokens=new_tokens, repeats=repeats, kmax=kmax, every=every,
+                         graphs=engines['target alone'].graphs, compiled=compile, torch=torch.__version__, when=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())), rows=[])
     for r in tqdm(range(repeats), desc='rounds_bench', disable=not progress):
         base = {}
         for n, k, B, T in cases:
@@ -424,12 +429,11 @@ def rounds_bench(preset:str|None=None, proposers=('mtp', 'draft2'), ks=(1, 2, 3,
             tps = len(P) * new_tokens / sec
             if n == 'target alone': base[(B, T)] = (tps, outs)
             ref_tps, ref_outs = base[(B, T)]
-            rows.append(dict(proposer=n, k=k, batch=B, temperature=T, repeat=r, tokens_per_s=round(tps, 1), speedup=round(tps / ref_tps, 3),
-                             acceptance=None if st.acceptance is None else round(st.acceptance, 4), tokens_per_round=round(st.tokens_per_round, 3),
-                             k_used={str(x): st.k_used.count(x) for x in sorted(set(st.k_used))}, same_text=(outs == ref_outs) if T == 0 else None))
-    dev = torch.cuda.get_device_name(t.device) if t.device.type == 'cuda' else cpu_info()['model']
-    return dict(meta=dict(device=dev, preset=preset, prompts=prompts, new_tokens=new_tokens, repeats=repeats, kmax=kmax, every=every,
-                          graphs=engines['target alone'].graphs, compiled=compile, torch=torch.__version__, when=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())), rows=rows)
+            res['rows'].append(dict(proposer=n, k=k, batch=B, temperature=T, repeat=r, tokens_per_s=round(tps, 1), speedup=round(tps / ref_tps, 3),
+                                    acceptance=None if st.acceptance is None else round(st.acceptance, 4), tokens_per_round=round(st.tokens_per_round, 3),
+                                    k_used={str(x): st.k_used.count(x) for x in sorted(set(st.k_used))}, same_text=(outs == ref_outs) if T == 0 else None))
+        if json_path: Path(json_path).write_text(json.dumps(dict(res, meta=dict(res['meta'], repeats_done=r + 1)), indent=1))   # what is done survives a cut
+    return res
 
 def format_rounds(res:dict) -> str:
     "A table of `rounds_bench`: the median over repeats of each row's tokens/s and speed-up."
@@ -443,4 +447,5 @@ def format_rounds(res:dict) -> str:
         acc = xs[0]['acceptance']
         lines.append(f"{B:>2} {T:>3} {n:14s} {str(k):>8} {med('tokens_per_s'):9,.0f} {med('speedup'):8.2f} {'' if acc is None else f'{acc:.2f}':>6} "
                      f"{xs[0]['tokens_per_round']:9.2f} {'' if xs[0]['same_text'] is None else all(x['same_text'] for x in xs)}")
+    if any(n.endswith('_tree') for _, _, n, _ in by): lines.append("tree rows: accept is the guesses kept over the tree's nodes, not comparable with a chain's")
     return '\n'.join(lines)

@@ -123,7 +123,7 @@ def test_trees(rounds, script, cpu_models, prompts, name):
     assert wide.tokens_per_round > spine.tokens_per_round
 
 def _walk_law(rule, N=40_000, V=30, seed=0):
-    "tree_walk's sampled rule on made-up laws (a `3x2` tree whose children are a proposer's top choices): chi-squared / its 0.1% threshold for the first token against p after the root and, where the first child was kept, the second against p after it; and the kept paths."
+    "tree_walk's sampled rule on made-up laws (a `3x2` tree whose children are a proposer's top choices): chi-squared / its 0.1% threshold for the first token against p after the root, where the first child was kept the second against p after it, and where a leaf was kept the third (the bonus) against p after that leaf; and the kept paths."
     g = torch.Generator().manual_seed(seed); tr = DeviceTree('3x2')
     p = torch.softmax(torch.randn(tr.n + 1, V, generator=g) * 1.5, -1)
     nodes = torch.zeros(tr.n + 1, dtype=torch.long)
@@ -131,17 +131,20 @@ def _walk_law(rule, N=40_000, V=30, seed=0):
         kids = (tr.parents == i).nonzero()[:, 0]
         if len(kids): nodes[kids] = torch.softmax(p[i].log() + torch.randn(V, generator=g), -1).topk(len(kids)).indices   # often right
     n, path, tok = tree_walk(tr, nodes[None].expand(N, -1), p.log()[None].expand(N, -1, -1), 1.0, g, rule)
-    sel = path[:, 0] == 1
+    sel, leaf = path[:, 0] == 1, n == 2                                          # the first child kept; a leaf kept (the bonus drawn from p after it)
     tests = [gof(torch.bincount(tok[:, 0], minlength=V).double().numpy(), p[0].double().numpy() * N),
-             gof(torch.bincount(tok[sel, 1], minlength=V).double().numpy(), p[1].double().numpy() * int(sel.sum()))]
+             gof(torch.bincount(tok[sel, 1], minlength=V).double().numpy(), p[1].double().numpy() * int(sel.sum())),
+             gof(torch.bincount(tok[leaf, 2], minlength=V).double().numpy(), p[path[leaf, 1]].double().sum(0).numpy())]   # pooled over the leaves kept
     return [st / sstats.chi2.ppf(0.999, df) for st, _, df in tests], n, path
 
 def test_tree_walk_law():
     """The sampled rule of the device trees (`tree_walk`) on made-up laws, 40,000 rounds: the first token follows the
-    target's law after the root, the second (after the first child, kept) its law there; two chi-squared tests at 0.1%,
-    false-failure rate at most 0.2%. Both planted bugs are rejected at the first token: siblings tried against the
+    target's law after the root, the second (after the first child, kept) its law there, the bonus after a kept leaf the
+    law after that leaf (pooled over the leaves: a mixture's counts vary less than a multinomial's, so that test errs
+    toward passing); three chi-squared tests at 0.1%, false-failure rate at most 0.3%. Both planted bugs are rejected at the first token: siblings tried against the
     unchanged p (the realistic one: 5.7 times its threshold here, 5.7 to 34 over four seeds) and refused siblings left
-    in the correction (over 100 times). Every kept path is a chain of children from the root."""
+    in the correction (over 100 times). The bonus test catches a bonus drawn from the parent's residual instead (over
+    1,000 times its threshold, planted by hand). Every kept path is a chain of children from the root."""
     ok, n, path = _walk_law('exact')
     assert max(ok) < 1, f"the device tree rule's law differs from the target's: chi2 / threshold {ok}"
     tr = DeviceTree('3x2'); par = tr.parents[path]
@@ -203,3 +206,4 @@ def test_bad_inputs(script, prompts):
     with pytest.raises(SmallemError, match='not both'): dr.generate(prompts[:1], 10, 'adaptive', tree='2')
     with pytest.raises(SmallemError, match='static trees'): dr.generate(prompts[:1], 10, tree='n8w2t2d4')
     with pytest.raises(SmallemError, match='needs a proposer'): DeviceRounds(t, None).generate(prompts[:1], 10, tree='2')
+    with pytest.raises(SmallemError, match="tree's rule"): dr.generate(prompts[:1], 10, 0, 1.0, tree='2', _residual=False)

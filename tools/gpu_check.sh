@@ -18,10 +18,10 @@
 # rounds runs `rounds_bench` (8 prompts x 200 tokens, mtp and draft2, k = 1, 2, 3, adaptive, B = 1 and 8, T = 0 and 1)
 # with COMPILE=0 (rounds on graphs) and COMPILE=1 (compiled first: mtp k = 2, 3 at B = 1, greedy, as compiling costs seconds
 # per shape); nbdev runs every notebook on the GPU (the committed cpu family, as CI does), with its time.
-# Not in the default parts: trees (TREES_SECONDS, 300; TREES, default 2,3x2,4x2x1,3x2x2x1,4x3x2x1: up to 64 nodes, where
-# 09a's cost model with rows free puts the best trees) runs `rounds_bench` with static trees beside chains of k = 1 to 4
-# for mtp and draft2, T = 0 and 1, B = 1, 8 x 200 tokens, 3 repeats (the token-tree issue's measurement), then checks trees'
-# greedy text at B = 8: e.g. PARTS=train,rounds_check,trees.
+# Not in the default parts: trees (TREES_SECONDS, 300; TREES, default 2,4,3x3,4x3,3x2,4x3x2,4x3x2x1: the shapes 09a's cost
+# model picks at the H200's prices and with rows free, and up to 64 nodes) checks trees' greedy text on graphs at B = 8, then
+# runs `rounds_bench` with static trees beside chains of k = 1 to 4 for mtp and draft2, T = 0 and 1, B = 1, 8 x 200 tokens,
+# 3 repeats (the token-tree issue's measurement; its JSON rewritten after every repeat): e.g. PARTS=train,trees.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-${OUT:-gpu_check_out}}; mkdir -p "$OUT"
@@ -90,7 +90,7 @@ for compile, Bs, ks in ((False, (1, 8), (0, 2, 'adaptive')), (True, (1,), (0, 2)
             try:
                 t0 = time.time(); dr = DeviceRounds(t, prop, kmax=4, compile=compile)
                 res = {k: dr.generate(prompts, N, k)[0] == plain for k in ((0,) if prop is None else ks)}
-                print(f'compile={compile} B={B} {name:12s} greedy on graphs == plain: {res} | graphs captured {sum(k[0] != 'prices' for k in dr._graphs)} | {time.time()-t0:.1f} s', flush=True)
+                print(f'compile={compile} B={B} {name:12s} greedy on graphs == plain: {res} | graphs captured {sum(k[0] != "prices" for k in dr._graphs)} | {time.time()-t0:.1f} s', flush=True)
             except Exception as e: print(f'compile={compile} B={B} {name}: FAILED {type(e).__name__}: {e}', flush=True)
 fm = FastSmallem(t, kernel='script', graphs=False); c = StaticCache(fm, 1, 320, t.cfg.n_layers); c.lens.fill_(200)
 times = {}
@@ -115,20 +115,21 @@ r = rounds_bench(None, $grid, prompts=8, new_tokens=200, repeats=1, compile=bool
 r['meta']['command'] = 'COMPILE=$c bash tools/gpu_check.sh'
 open('$OUT/rounds_${SMALLEM_PRESET}_${card}_compile$c.json', 'w').write(json.dumps(r, indent=1)); print(format_rounds(r))"
   done
-  part "trees: rounds_bench with static trees beside the chains, B = 1" "${TREES_SECONDS:-300}" $PY -c "
+  part "trees: static trees on graphs, then rounds_bench with trees beside the chains, B = 1" "${TREES_SECONDS:-300}" $PY -c "
 import json, torch
-from smallem_spec.resident import rounds_bench, format_rounds
-r = rounds_bench(None, ('mtp', 'draft2'), (1, 2, 3, 4), (1,), (0.0, 1.0), prompts=8, new_tokens=200, repeats=3, progress=False, trees=tuple('${TREES:-2,3x2,4x2x1,3x2x2x1,4x3x2x1}'.split(',')))
-r['meta']['command'] = 'PARTS=trees bash tools/gpu_check.sh'
-open('$OUT/rounds_trees_${SMALLEM_PRESET}_${card}.json', 'w').write(json.dumps(r, indent=1)); print(format_rounds(r), flush=True)
-from smallem_spec.resident import DeviceRounds
+from smallem_spec.resident import DeviceRounds, rounds_bench, format_rounds
 from smallem_spec.train import load_or_train
 from smallem_spec.generate import generate
 from smallem_spec.corpus import validation_prompts
 t = load_or_train(None, 'target'); P = validation_prompts(None)[:8]; plain = generate(t, P, 200)
 for name, prop in (('mtp', 'mtp'), ('draft2', load_or_train(None, 'draft2'))):
     dr = DeviceRounds(t, prop, kmax=4)
-    print(f'B=8 {name} trees on graphs == plain:', {s: dr.generate(P, 200, tree=s)[0] == plain for s in ('3x2', '2x2x1')}, flush=True)"
+    print(f'B=8 {name} trees on graphs == plain:', {s: dr.generate(P, 200, tree=s)[0] == plain for s in ('3x2', '2x2x1')}, flush=True)
+path = '$OUT/rounds_trees_${SMALLEM_PRESET}_${card}.json'
+r = rounds_bench(None, ('mtp', 'draft2'), (1, 2, 3, 4), (1,), (0.0, 1.0), prompts=8, new_tokens=200, repeats=3, progress=False,
+                 trees=tuple('${TREES:-2,4,3x3,4x3,3x2,4x3x2,4x3x2x1}'.split(',')), json_path=path)
+r['meta']['command'] = 'PARTS=trees TREES=${TREES:-2,4,3x3,4x3,3x2,4x3x2,4x3x2x1} bash tools/gpu_check.sh'
+open(path, 'w').write(json.dumps(r, indent=1)); print(format_rounds(r), flush=True)"
   part "nbdev: nbdev_test over every notebook on the GPU (the committed cpu family)" "${NBDEV_SECONDS:-120}" env SMALLEM_PRESET=cpu $PY -c "
 import time; t0 = time.time()
 from nbdev.test import nbdev_test
