@@ -21,8 +21,8 @@ from .cost import expected_tokens_pos
 from .tree import TreeShape, parse_shape
 
 # %% auto #0
-__all__ = ['StaticCache', 'static_plan', 'static_pass', 'DeviceRounds', 'DeviceTree', 'static_tree_plan', 'tree_walk',
-           'rounds_bench', 'format_rounds']
+__all__ = ['StaticCache', 'static_plan', 'static_pass', 'prompt_pass', 'DeviceRounds', 'DeviceTree', 'static_tree_plan',
+           'tree_walk', 'rounds_bench', 'format_rounds']
 
 # %% ../nbs/12c_device_rounds.ipynb #c950a769
 class StaticCache:
@@ -45,6 +45,18 @@ def static_pass(fm:FastSmallem, cache:StaticCache, lens:torch.Tensor, tokens:tor
     "A pass of the target (or of its MTP module, given the hidden states h) over tokens [B, T] at `lens`: logits [B, T, V], hidden or module state [B, T, D]."
     B, T = tokens.shape; plan = static_plan(fm, lens, T, cache.S)
     return fm._main(tokens, cache.kv, plan, B, T) if h is None else fm._mtp(h, tokens, cache.kv, plan, B, T)
+
+def prompt_pass(fm:FastSmallem, cache:StaticCache, x:torch.Tensor, h:torch.Tensor|None=None):
+    "`static_pass` from slot 0 over prompt rows x [B, T], each distinct row computed once and its slots copied to the rows that repeat it (one prompt sampled many times). Returns the distinct rows' logits and states and, for each row, its distinct row's index."
+    B, T = x.shape; dev = x.device
+    uq, inv = torch.unique(x, dim=0, return_inverse=True)
+    if uq.shape[0] == B: return (*static_pass(fm, cache, torch.zeros_like(cache.lens), x, h), torch.arange(B, device=dev))
+    one = torch.empty(uq.shape[0], dtype=torch.long, device=dev).scatter_(0, inv, torch.arange(B, device=dev))   # a row of each
+    tmp = StaticCache(fm, uq.shape[0], cache.S, cache.kv.shape[0])
+    lg, st = static_pass(fm, tmp, tmp.lens, x[one], None if h is None else h[one])
+    j = torch.arange(T, device=dev)
+    cache.kv.index_copy_(1, (torch.arange(B, device=dev)[:, None] * cache.S + j).reshape(-1), tmp.kv.index_select(1, (inv[:, None] * cache.S + j).reshape(-1)))
+    return lg, st, inv
 
 # %% ../nbs/12c_device_rounds.ipynb #39e7cdd6
 class DeviceRounds:
@@ -94,23 +106,22 @@ def _alloc(self:DeviceRounds, B:int, cap:int, S:int, every:int):
 
 @patch
 def _start(self:DeviceRounds, prompts:list[list[int]], budget:int, temperature, generator):
-    "The prompts' passes (eager, once): every cache filled, the first token drawn, counters reset, in place."
+    "The prompts' passes (eager, once; a prompt given many times is read once): every cache filled, the first token drawn, counters reset, in place."
     s, dev = self.s, self.device
-    B, P = len(prompts), torch.tensor([len(p) for p in prompts], device=dev)
+    P = torch.tensor([len(p) for p in prompts], device=dev)
     x = torch.tensor([p + [0] * (max(P.tolist()) - len(p)) for p in prompts], device=dev)
-    ar = torch.arange(B, device=dev)
     for k_ in ('n_out', 'budget', 'pa', 'pp', 'shadow', 'counts', 'ctr'): s[k_].zero_()
     s['log'].fill_(-1); s['budget'].fill_(budget); s['tc'].lens.zero_()
-    lg, hid = static_pass(self.t, s['tc'], s['tc'].lens, x)
+    lg, hid, u = prompt_pass(self.t, s['tc'], x)                              # u: each row's distinct prompt
     s['tc'].lens.copy_(P)
-    first = next_token(lg[ar, P - 1], temperature, generator)
+    first = next_token(lg[u, P - 1], temperature, generator)
     s['out'][:, 0] = first; s['n_out'].fill_(1); s['last'].copy_(first)
     if self.kind == 'plain': return
     pc = s['pc']; pc.lens.zero_()
-    if self.kind == 'draft': static_pass(self.d, pc, pc.lens, x); pc.lens.copy_(P)                          # the drafter reads the prompts
+    if self.kind == 'draft': prompt_pass(self.d, pc, x); pc.lens.copy_(P)                                  # the drafter reads the prompts
     else:                                                                                                 # the module: (h_i, x_i+1) of the prompts
-        if x.shape[1] > 1: static_pass(self.t, pc, pc.lens, x[:, 1:], hid[:, :-1])
-        pc.lens.copy_(P - 1); s['hp'].zero_(); s['hp'][:, 0] = hid[ar, P - 1]
+        if x.shape[1] > 1: prompt_pass(self.t, pc, x[:, 1:], hid[u, :-1])
+        pc.lens.copy_(P - 1); s['hp'].zero_(); s['hp'][:, 0] = hid[u, P - 1]
     s['xp'].zero_(); s['xp'][:, 0] = first; s['np'].fill_(1); s['pl'].zero_()   # pending: what the proposer has not read yet
 
 # %% ../nbs/12c_device_rounds.ipynb #6bd0aded

@@ -74,6 +74,16 @@ def _check_caches(dr, script, P):
         torch.testing.assert_close(pc.kv[:, b * S:b * S + n_p], ref.kv[:, :n_p], rtol=1e-4, atol=1e-4)
         assert n_p + int(s['np'][b]) == n_t + (1 if dr.kind == 'draft' else 0), "the proposer's cache and its pending tokens do not add up to the text"
 
+def test_a_prompt_given_many_times(script, cpu_models, prompts):
+    "Rows that repeat a prompt share its pass (`prompt_pass`): the text of each row and every cache are what rows of distinct prompts give."
+    P = [prompts[0][:20], prompts[1][:9], prompts[0][:20], prompts[0][:20], prompts[1][:9]]
+    plain = generate(cpu_models['target'], P, 30)
+    for name in ('mtp', 'draft2'):
+        dr = DeviceRounds(script['target'], script['draft2'] if name == 'draft2' else 'mtp', kmax=4)
+        out, _ = dr.generate(P, 30, 2, every=3)
+        assert out == plain, f"{name}: rows of a repeated prompt wrote another text"
+        _check_caches(dr, script, P)
+
 @pytest.mark.parametrize('ks', [(3,), (0, 3, 0, 1)])
 def test_caches_hold_the_text(rounds, script, cpu_models, prompts, ks):
     "After a generation (rounds of k = 3, or blocks of plain steps, where the proposer reads nothing, between rounds), each cache's kept slots equal a fresh pass over the text (the target's, the drafter's, the MTP module's), and the text is the target alone's."
