@@ -97,10 +97,11 @@ def test_caches_hold_the_text(rounds, script, cpu_models, prompts, ks):
 
 @pytest.mark.parametrize('name', ['mtp', 'draft2'])
 def test_trees(rounds, script, cpu_models, prompts, name):
-    """Static trees in the device rounds, greedy: the text is the target alone's for one row and for four rows of different
-    lengths; every cache holds the text afterwards (the kept path's keys and values moved to a chain's slots); a tree that
-    is a chain (`1x1x1`) keeps, round by round, what the chain of k = 3 keeps, the caches hold the text after sampled rounds too, and a `3x2` tree what the reference tree
-    loop of `09a_trees` keeps; a branching tree keeps more a round than its chain-shaped spine (`3x2` against `1x1`)."""
+    """Static trees in the device rounds. Greedy: the text is the target alone's for one row and for four rows of
+    different lengths, and every cache holds the text afterwards (the kept path's keys and values moved to a chain's
+    slots); a tree that is a chain (`1x1x1`) keeps, round by round, what the chain of k = 3 keeps, and a `3x2` tree what
+    the reference tree loop of `09a_trees` keeps; a branching tree keeps more a round than its chain-shaped spine (`3x2`
+    against `1x1`). Sampled (T = 1): the caches hold the text too."""
     dr = rounds[name]
     for P in (prompts[:1], [p[:n] for p, n in zip(prompts[1:5], (32, 9, 20, 2))]):
         plain = generate(cpu_models['target'], P, 48)
@@ -151,10 +152,11 @@ def test_tree_walk_law():
     """The sampled rule of the device trees (`tree_walk`) on made-up laws, 40,000 rounds: the first token follows the
     target's law after the root, the second (after the first child, kept) its law there, the bonus after a kept leaf the
     law after that leaf (pooled over the leaves: a mixture's counts vary less than a multinomial's, so that test errs
-    toward passing); three chi-squared tests at 0.1%, false-failure rate at most 0.3%. Both planted bugs are rejected at the first token: siblings tried against the
-    unchanged p (the realistic one: 5.7 times its threshold here, 5.7 to 34 over four seeds) and refused siblings left
-    in the correction (over 100 times). The bonus test catches a bonus drawn from the parent's residual instead (over
-    1,000 times its threshold, planted by hand). Every kept path is a chain of children from the root."""
+    toward passing); three chi-squared tests at 0.1%, false-failure rate at most 0.3%. Both planted bugs are rejected at
+    the first token: siblings tried against the unchanged p (the realistic one: 5.7 times its threshold here, 5.7 to 34
+    over four seeds) and refused siblings left in the correction (over 100 times). The bonus test catches a bonus drawn
+    from the parent's residual instead (over 1,000 times its threshold, planted by hand). Every kept path is a chain of
+    children from the root."""
     ok, n, path = _walk_law('exact')
     assert max(ok) < 1, f"the device tree rule's law differs from the target's: chi2 / threshold {ok}"
     tr = DeviceTree('3x2'); par = tr.parents[path]
