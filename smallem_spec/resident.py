@@ -126,21 +126,26 @@ def _start(self:DeviceRounds, prompts:list[list[int]], budget:int, temperature, 
 
 # %% ../nbs/12c_device_rounds.ipynb #6bd0aded
 @patch
+def _root(self:DeviceRounds):
+    "The proposer's first pass of a round, over its pending tokens (their count differs by row; a round starts with at most k + 1, a catch-up came before): the proposer, the MTP module's pending states (None for a drafter), and its logits [B, V] and state [B, D] at each row's last pending token."
+    s, pc = self.s, self.s['pc']
+    ar = torch.arange(pc.lens.shape[0], device=self.device)
+    fm, h = (self.t, s['hp']) if self.kind == 'mtp' else (self.d, None)
+    lg, st = static_pass(fm, pc, pc.lens, s['xp'][:, :self.Kp], None if h is None else h[:, :self.Kp])
+    return fm, h, lg[ar, s['np'] - 1], st[ar, s['np'] - 1]
+
+@patch
 def _propose(self:DeviceRounds, k:int, temperature, generator):
     "The proposer's guesses (k >= 1): one pass over its pending tokens (their count differs by row: the logits at each row's last), then k - 1 chained steps."
-    s, pc = self.s, self.s['pc']
-    ar, l0 = torch.arange(pc.lens.shape[0], device=self.device), pc.lens
-    fm, h = (self.t, s['hp']) if self.kind == 'mtp' else (self.d, None)
-    Kp = self.Kp                                                             # a round starts with at most k + 1 pending (a catch-up came before)
-    lg, st = static_pass(fm, pc, l0, s['xp'][:, :Kp], None if h is None else h[:, :Kp])
-    lg, st = lg[ar, s['np'] - 1], st[ar, s['np'] - 1]                       # [B, V], [B, D]
+    s, l0 = self.s, self.s['pc'].lens
+    fm, h, lg, st = self._root()
     toks, qs = [], []
     for j in range(k):
         if temperature == 0: d = argmax(lg)
         else: q = probs_at(lg, temperature); d = sample_probs(q, generator); qs.append(q)
         toks.append(d)
         if j < k - 1:                                                        # fed back: the guess (and the module's own state for h)
-            lg, st = static_pass(fm, pc, l0 + s['np'] + j, d[:, None], st[:, None] if h is not None else None)
+            lg, st = static_pass(fm, s['pc'], l0 + s['np'] + j, d[:, None], st[:, None] if h is not None else None)
             lg, st = lg[:, 0], st[:, 0]
     return torch.stack(toks, 1), (torch.stack(qs, 1) if qs else None)
 
@@ -166,6 +171,8 @@ def _round(self:DeviceRounds, k:int|DeviceTree, temperature, generator, residual
     s['pl'][ar, i] = act
     s['np'] += act.long()
 
+
+# %% ../nbs/12c_device_rounds.ipynb #dt0e0004
 @patch
 def _advance(self:DeviceRounds, act, tokens, n, guesses:int, hid):
     "What every round does once its rows' kept counts n are known: statistics, the output, the target's length moved past the kept tokens, and (after guesses) the emitted tokens, with the target's hidden states hid [B, width, D] at them, as the proposer's new pending ones. tokens [B, width]: kept guesses, then the corrected or bonus token, then padding (-1)."
@@ -289,6 +296,8 @@ def static_tree_plan(fm:FastSmallem, lens:torch.Tensor, rel:torch.Tensor, depth:
     bias = torch.zeros(B, 1, T, S, device=dev, dtype=fm.emb.dtype).masked_fill_(~seen[:, None], float('-inf'))
     return dict(f=f, write=write, read=write[:0], bias=bias, page_size=S, L=S, base=0, stride=1)
 
+
+# %% ../nbs/12c_device_rounds.ipynb #dt0e0005
 def tree_walk(tr:DeviceTree, nodes:torch.Tensor, lg:torch.Tensor, temperature, generator=None, rule:str='exact'):
     """Which guesses of each row's tree the target keeps, as tensor operations: nodes [B, 1 + n] (the root first), lg [B, 1 + n, V] the target's logits after each node. Greedy: the deepest node whose ancestors all match the target's choice at their parent. Sampled (09a's rule for children chosen with certainty): from the root, each node's children in rank order against the residual law r (p with the refused siblings removed), kept with probability r(x); all refused: a draw from r; a kept leaf: a draw from p. Returns (kept count n [B], the path's node at each depth [B, D] (0 past its end), tokens [B, D + 1]: the kept guesses, the corrected or bonus token, then -1). `rule` plants the controls' bugs: 'unchanged' (siblings tried against p itself) or 'keep' (refused siblings left in r)."""
     if rule not in ('exact', 'unchanged', 'keep'): raise SmallemError(f"a tree's rule is 'exact', or a control's bug 'unchanged' or 'keep' (got {rule!r})")
@@ -326,16 +335,15 @@ def tree_walk(tr:DeviceTree, nodes:torch.Tensor, lg:torch.Tensor, temperature, g
     tokens = torch.where(j < n[:, None], nodes.gather(1, walk), torch.where(j == n[:, None], last[:, None], -1))
     return n, path, tokens
 
+
+# %% ../nbs/12c_device_rounds.ipynb #dt0e0006
 @patch
 def _tree_round(self:DeviceRounds, tr:DeviceTree, temperature=0.0, generator=None, rule:str='exact'):
     "A round with the static tree `tr` for every row: one proposer pass per level, one verify pass over the root and every node, `tree_walk`'s kept path, whose keys and values move to a chain's slots."
     s, dev, t = self.s, self.device, self.t
     B = s['last'].shape[0]; ar = torch.arange(B, device=dev)
     act = s['n_out'] < s['budget']
-    pc, fm = s['pc'], (t if self.kind == 'mtp' else self.d)
-    h = s['hp'] if self.kind == 'mtp' else None
-    lg, st = static_pass(fm, pc, pc.lens, s['xp'][:, :self.Kp], None if h is None else h[:, :self.Kp])
-    lg, st = lg[ar, s['np'] - 1], st[ar, s['np'] - 1]                          # the root's logits and state, [B, V], [B, D]
+    pc = s['pc']; fm, h, lg, st = self._root()                                 # the root's logits and state, [B, V], [B, D]
     base = pc.lens + s['np']                                                   # the proposer's tree: node i (i >= 1) at slot base + i - 1
     tok, state = [lg.topk(tr.branch[0], -1).indices], st[:, None].expand(B, tr.branch[0], st.shape[-1])
     for d in range(1, tr.D):                                                   # a pass over level d gives level d + 1
