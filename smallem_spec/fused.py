@@ -56,6 +56,33 @@ _SRC_HEAD = r'''
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v8 __attribute__((vector_size(32)));
 typedef int v16i __attribute__((vector_size(64)));
+/* The team's barrier between the steps of a pass: every thread adds itself to `arrived`; the last one to come resets it and
+   moves `gen` on, and the others spin on `gen` (yielding the core after a while, should another process need it). The
+   runtime's own barrier took 0.4 to 0.6 µs on a 2-core virtual machine where this one takes 0.02 to 0.05 (12a, "Barriers"),
+   and a pass waits at eight of them a block. A region sets its barrier up with team_start; without one (a product called
+   alone) team_wait is the runtime's barrier. */
+#include <sched.h>
+#if defined(__x86_64__) || defined(__i386__)
+#define SPIN_PAUSE() __builtin_ia32_pause()
+#else
+#define SPIN_PAUSE() ((void)0)
+#endif
+typedef struct { int arrived, gen; char pad[56]; } team_bar;
+static __thread team_bar *tbar;
+static __thread int tbar_gen, tbar_n;
+static void team_start(team_bar *b) { tbar = b; tbar_n = omp_get_num_threads(); tbar_gen = 0; }
+static inline void team_wait(void) {
+  if (!tbar) {
+    _Pragma("omp barrier")
+    return;
+  }
+  if (tbar_n == 1) return;
+  const int g = tbar_gen++;
+  if (__atomic_add_fetch(&tbar->arrived, 1, __ATOMIC_ACQ_REL) == tbar_n) {
+    __atomic_store_n(&tbar->arrived, 0, __ATOMIC_RELAXED); __atomic_store_n(&tbar->gen, g + 1, __ATOMIC_RELEASE); return;
+  }
+  for (long i = 0; __atomic_load_n(&tbar->gen, __ATOMIC_ACQUIRE) == g; i++) if (i < 20000) SPIN_PAUSE(); else sched_yield();
+}
 #define NB 32                                    /* columns per packed panel */
 static inline v16 ld(const float *p) { v16 v; memcpy(&v, p, 64); return v; }
 static inline void st(float *p, v16 v) { memcpy(p, &v, 64); }
@@ -141,13 +168,13 @@ static void NAME##_panel##RT(int K, const float *restrict X, long ldx, const WT 
 #endif
 
 /* NAME(R, K, N, X, ldx, W, Y, ldy, sc, acc): Y[R, N] (= or +=) diag(sc) X[R, K] W, W packed as N/32 panels [K][32] of
-   WT; called inside a parallel region, the panels shared among the threads; ends on the loop's barrier. */
+   WT; called inside a parallel region, the panels shared among the threads; ends on the team's barrier (team_wait). */
 #define GEMM(NAME, WT, LOAD) \
 PANEL(NAME, WT, LOAD, 1) PANEL(NAME, WT, LOAD, 2) PANEL(NAME, WT, LOAD, 3) PANEL(NAME, WT, LOAD, 4) \
 PANEL(NAME, WT, LOAD, 5) PANEL(NAME, WT, LOAD, 6) PANEL(NAME, WT, LOAD, 7) PANEL(NAME, WT, LOAD, 8) \
 static void NAME(int R, int K, int N, const float *X, long ldx, const float *Wf, float *Y, long ldy, const float *sc, int acc) { \
   const WT *W = (const WT *)Wf; \
-  _Pragma("omp for schedule(static)") \
+  _Pragma("omp for schedule(static) nowait") \
   for (int c = 0; c < N / NB; c++) { \
     const WT *P = W + (long)c * K * NB; \
     for (int r0 = 0; r0 < R; r0 += RB) { \
@@ -159,7 +186,7 @@ static void NAME(int R, int K, int N, const float *X, long ldx, const float *Wf,
         case 7: NAME##_panel7(K, x, ldx, P, y, ldy, s, acc); break; default: NAME##_panel8(K, x, ldx, P, y, ldy, s, acc); \
       } \
     } \
-  } \
+  } team_wait(); \
 }
 GEMM(gemm, float, ld)
 
@@ -235,12 +262,12 @@ static void gemmb_panel##RT(int K, const unsigned *restrict X, long ldx, const u
 }
 BPANEL(1) BPANEL(2) BPANEL(3) BPANEL(4) BPANEL(5) BPANEL(6) BPANEL(7) BPANEL(8)
 
-/* gemm's contract (Y (= or +=) diag(sc) X W, inside a parallel region, ends on the loop's barrier) with bf16 pair panels */
+/* gemm's contract (Y (= or +=) diag(sc) X W, inside a parallel region, ends on the team's barrier) with bf16 pair panels */
 static void gemmb(int R, int K, int N, const float *X, long ldx, const float *Wf, float *Y, long ldy, const float *sc, int acc) {
   const unsigned short *W = (const unsigned short *)Wf; unsigned *xb = bf_x; const long lx = K / 2;
   for (int r = 0; r < R; r++) for (int k = 0; k < K; k += 16)
     _mm256_storeu_si256((__m256i *)(xb + r * lx + k / 2), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(X + (long)r * ldx + k)));
-  #pragma omp for schedule(static)
+  #pragma omp for schedule(static) nowait
   for (int c = 0; c < N / NB; c++) {
     const unsigned short *P = W + (long)c * K * NB;
     for (int r0 = 0; r0 < R; r0 += 8) {
@@ -253,6 +280,7 @@ static void gemmb(int R, int K, int N, const float *X, long ldx, const float *Wf
       }
     }
   }
+  team_wait();
 }
 #else
 static void gemmb(int R, int K, int N, const float *X, long ldx, const float *Wf, float *Y, long ldy, const float *sc, int acc) {
@@ -433,12 +461,12 @@ QPANEL(1) QPANEL(2) QPANEL(3) QPANEL(4)
 QPANEL(5) QPANEL(6) QPANEL(7) QPANEL(8)
 #endif
 
-/* gemm's contract (Y (= or +=) diag(sc) X W, inside a parallel region, ends on the loop's barrier) with int8 panels;
+/* gemm's contract (Y (= or +=) diag(sc) X W, inside a parallel region, ends on the team's barrier) with int8 panels;
    each thread quantizes every row itself (a few hundred bytes: no barrier) */
 static void gemmq(int R, int K, int N, const float *X, long ldx, const float *Wf, float *Y, long ldy, const float *sc, int acc) {
   const signed char *W = (const signed char *)Wf; float *rs = (float *)bf_x; unsigned char *xq = (unsigned char *)(rs + R);
   quant_rows(R, K, X, ldx, sc, xq, rs);
-  #pragma omp for schedule(static)
+  #pragma omp for schedule(static) nowait
   for (int c = 0; c < N / NB; c++) {
     const signed char *P = W + (long)c * QP(K);
     for (int r0 = 0; r0 < R; r0 += QRB) {
@@ -456,6 +484,7 @@ static void gemmq(int R, int K, int N, const float *X, long ldx, const float *Wf
       }
     }
   }
+  team_wait();
 }
 
 /* Y[R, N] = X[R, K] W (W as int8 panels, K a multiple of 16) on nthreads threads: the product alone; -1 for a K it cannot take */
@@ -826,8 +855,10 @@ int smallem_pass(const pass_args *a) {
   float *part = thr + (long)a->nthreads * (PW + 2 * R + 32 + (long)R * D + (long)R * (F > D ? F : D) / 2);   /* chunks' partial results [R, H, NC, PS] */
   const float scale = 1.0f / sqrtf((float)hd);
   STAGE_START();
+  team_bar team = {0};
   #pragma omp parallel num_threads(a->nthreads)
   {
+    team_start(&team);
     float *p = thr + (long)omp_get_thread_num() * (PW + 2 * R + 32 + (long)R * D + (long)R * (F > D ? F : D) / 2), *iv = p + PW, *one = iv + R,
           *xg = one + R + 16;
     bf_x = (unsigned *)(xg + (long)R * D + 16);   /* bf16 or int8 panels: x rounded, per thread */
@@ -836,8 +867,9 @@ int smallem_pass(const pass_args *a) {
     const float *const *G = a->G;
     float *x = a->x;
     for (int r = 0; r < R; r++) one[r] = 1.0f;
-    #pragma omp for schedule(static)
+    #pragma omp for schedule(static) nowait
     for (int r = 0; r < R; r++) memcpy((a->h_in ? hh : x) + (long)r * D, a->emb + a->tokens[r] * D, D * 4);
+    team_wait();
     if (a->h_in) {                                /* MTP: x = norm(h) Ph + norm(e) Pe */
       inv_rms(R, D, a->h_in, a->eps, iv);
       mm(R, D, D, gained(R, D, a->h_in, G ? G[2 * a->nl] : 0, xg), D, a->Ph, x, D, iv, 0);
@@ -853,7 +885,7 @@ _SRC_PASS2 = r'''    }
       float *kvl = a->kv + (long)l * a->slots * 2 * D;
       inv_rms(R, D, x, a->eps, iv);
       mm(R, D, 3 * D, gained(R, D, x, G ? G[2 * l] : 0, xg), D, W[0], qkv, 3 * D, iv, 0); STAGE(1);
-      #pragma omp for schedule(static)
+      #pragma omp for schedule(static) nowait
       for (int r = 0; r < R; r++) {              /* RoPE on q and k (each pair side by side), then K and V into the cache */
         int b = r / T, t = r % T; long pos = a->tdepth ? a->tbase[b] + a->tdepth[r] : a->starts[b] + t; if (pos > a->maxpos) pos = a->maxpos;
         float *q = qkv + (long)r * 3 * D; const float *c = a->cs + pos * half, *s = a->sn + pos * half;
@@ -866,8 +898,9 @@ _SRC_PASS2 = r'''    }
           memcpy(kvl + slot * 2 * D, q + D, 2 * D * 4);
         }
       }
+      team_wait();
       STAGE(2);
-      #pragma omp for schedule(static)
+      #pragma omp for schedule(static) nowait
       for (int u = 0; u < a->B * NG * H * NC; u++) {   /* attention: a group of rows of one sequence, one head, one chunk of keys */
         int c = u % NC, h = u / NC % H, g = u / (NC * H) % NG, b = u / (NC * H * NG), t0 = g * RS, nr = T - t0 < RS ? T - t0 : RS;
         if (nr <= 0) continue;
@@ -882,22 +915,25 @@ _SRC_PASS2 = r'''    }
         f(qq, 3 * D, nk, (long)c * KC, kvl, tb, S, D, h * hd, hd, scale, p, kp, pp, (long)H * NC * PS(hd), a->tanc ? a->tbase[b] : 0,
           a->tanc && (long)(c + 1) * KC > a->tbase[b] ? a->tanc + b * T + t0 : 0);   /* a chunk of keys all before the root: no mask */
       }
+      team_wait();
       STAGE(3);
-      #pragma omp for schedule(static)
+      #pragma omp for schedule(static) nowait
       for (int rh = 0; rh < R * H; rh++) {       /* each row's chunks joined, in chunk order */
         int r = rh / H, h = rh % H, b = r / T, t = r % T;
         long end = a->starts[b] + a->nnew[b], n = a->starts[b] + t + 1; n = n < end ? n : end; if (n < 1) n = 1;
         join_chunks(part + ((long)r * H + h) * NC * PS(hd), (int)((n + KC - 1) / KC), hd, o + (long)r * D + h * hd);
       }
+      team_wait();
       STAGE(4);
       mm(R, D, D, o, D, W[1], x, D, one, 1); STAGE(5);
       inv_rms(R, D, x, a->eps, iv);
       mm(R, D, 2 * F, gained(R, D, x, G ? G[2 * l + 1] : 0, xg), D, W[2], gu, 2 * F, iv, 0); STAGE(6);
-      #pragma omp for schedule(static)
+      #pragma omp for schedule(static) nowait
       for (int r = 0; r < R; r++) {              /* SwiGLU */
         const float *g = gu + (long)r * 2 * F, *u = g + F; float *y = hh + (long)r * F;
         for (int i = 0; i < F; i += 16) { v16 gv = ld(g + i); st(y + i, gv / (1.0f + vexp(-gv)) * ld(u + i)); }
       }
+      team_wait();
       STAGE(7);
       mm(R, F, D, hh, F, W[3], x, D, one, 1); STAGE(8);
     }
@@ -906,24 +942,28 @@ _SRC_PASS2 = r'''    }
 # %% ../nbs/12a_fused_cpu.ipynb #378aa62b
 _SRC_PASS3 = r'''    const long nh = a->hrows ? a->nh : R; const float *xh = x;
     if (a->hrows || a->hscale) {                 /* the head for a few rows only (a chain's first pass needs each row's last) */
-      #pragma omp for schedule(static)
+      #pragma omp for schedule(static) nowait
       for (long i = 0; i < nh; i++) memcpy(hh + i * D, x + (a->hrows ? a->hrows[i] : i) * D, D * 4);
+      team_wait();
       xh = hh;
     }
     inv_rms(nh, D, xh, a->eps, iv);
     if (a->hscale) {                             /* the MTP module reads the target's head: its own gain over the target's */
-      #pragma omp barrier
-      #pragma omp for schedule(static)
+      team_wait();
+      #pragma omp for schedule(static) nowait
       for (long i = 0; i < nh; i++) for (int d = 0; d < D; d += 16) st(hh + i * D + d, ld(hh + i * D + d) * ld(a->hscale + d));
+      team_wait();
     }
     (a->f16 & 32 ? gemmq : a->f16 & 8 ? gemmb : a->f16 & 2 ? gemmh : gemm)(nh, D, a->Vh, xh, D, a->head, a->logits, a->Vh, iv, 0); STAGE(9);
-    #pragma omp for schedule(static)
+    #pragma omp for schedule(static) nowait
     for (long r = 0; r < nh; r++) {              /* the greedy token of each row, while its logits are in cache */
       const float *l = a->logits + r * a->Vh; long b = 0;
       for (long v = 1; v < a->Vh; v++) if (l[v] > l[b]) b = v;
       a->best[a->hrows ? a->hrows[r] : r] = a->vmap ? a->vmap[b] : b;
     }
+    team_wait();
     STAGE(10);
+    tbar = 0;                                    /* the region ends: its barrier with it */
   }
   return 0;
 }
@@ -982,6 +1022,18 @@ void smallem_gemm(int R, int K, int N, const float *X, const float *W, float *Y,
   float one[R]; for (int r = 0; r < R; r++) one[r] = 1.0f;
   #pragma omp parallel num_threads(nthreads)
   gemm(R, K, N, X, K, W, Y, N, one, 0);
+}
+
+/* µs a barrier of nthreads threads takes, over iters barriers in a row: the team's own (ours = 1) or the runtime's */
+double smallem_barrier_us(int nthreads, long iters, int ours) {
+  team_bar team = {0}; const double t0 = omp_get_wtime();
+  #pragma omp parallel num_threads(nthreads)
+  {
+    if (ours) team_start(&team);
+    for (long i = 0; i < iters; i++) team_wait();
+    tbar = 0;
+  }
+  return (omp_get_wtime() - t0) / iters * 1e6;
 }
 '''
 
@@ -1308,6 +1360,8 @@ def _bind(lib):
     lib.smallem_gemm_int8.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int]
     lib.smallem_peak_int8.restype, lib.smallem_peak_int8.argtypes = ctypes.c_double, [ctypes.c_int, ctypes.c_long]
     lib.smallem_peak.restype, lib.smallem_peak.argtypes = ctypes.c_double, [ctypes.c_int, ctypes.c_long]
+    if hasattr(lib, 'smallem_barrier_us'):   # (a kernel of an earlier commit, compiled for a side-by-side run, has none)
+        lib.smallem_barrier_us.restype, lib.smallem_barrier_us.argtypes = ctypes.c_double, [ctypes.c_int, ctypes.c_long, ctypes.c_int]
     return lib
 
 def _compiled(src:str):

@@ -1,5 +1,6 @@
 """The fused CPU kernel: same function as the reference, one token's logits independent of the rows it shares a pass
-with (with fp32 panels and with a proposer's fp16 panels), the bf16 pair product and its rows, bf16 passes (close to the model, rows independent, greedy identity), proposer chains equal to step-by-step passes, the sampling rule exact (with its planted bias rejected), the
+with (with fp32 panels and with a proposer's fp16 panels), the bf16 pair product and its rows, bf16 passes (close to the model, rows independent, greedy identity), proposer chains equal to step-by-step passes, the sampling rule exact (with its planted bias rejected), the same
+bits on 1 and 2 threads (the team's barrier between the steps of a pass), the
 policy that stops speculating where it does not pay, plain decoding as one call of the library (the loop's tokens and draws), greedy and sampled rounds run as one call of the library each (the texts and
 statistics of the loop of 05_greedy; at T = 1 the same texts from the same draws, the accept-everything control rejected), and the fallback when the kernel cannot be used.
 Statistics: 7 chi-squared tests at 0.1% (6 per-position, 1 of the sampler), so a false-failure rate of at most 0.7% for the file;
@@ -63,6 +64,35 @@ def test_attention_groups_do_not_change_a_row(cpu_models, page_size):
             three = t(torch.stack([x[b, ctx[b]:ctx[b] + T] for b in range(3)]), c, s[:3])
             for b in range(3): c.keep(s[b], ctx[b])
             assert all(torch.equal(three[b], alone[b][0, :T]) for b in range(3)), T
+
+@pytest.mark.parametrize('precision', ['fp32', 'fp16', 'int8'])
+def test_threads_do_not_change_a_bit(cpu_models, prompts, precision):
+    "Every step of a pass is shared among the threads and ends on the team's own barrier (12a): a pass over 1 to 8 tokens of"
+    " two rows, an MTP chain (whose head waits on one barrier more) and greedy and sampled speculative texts give the same"
+    " bits on 2 threads as on 1, again and again. A barrier left out, or one that let a thread through early, makes a step"
+    " read what the other thread has not yet written (one removed by hand made this test fail)."
+    t = FastSmallem(cpu_models['target'], precision=precision); V = t.cfg.vocab_size
+    x = torch.randint(1, V, (2, 150), generator=torch.Generator().manual_seed(4))
+    def run():
+        out = []
+        with torch.inference_mode():
+            c = t.new_cache(capacity=[150, 150]); s = [c.new_seq(), c.new_seq()]
+            t(x[:, :120], c, s)
+            for T in range(1, 9):
+                out.append(t(x[:, 120:120 + T], c, s)); c.keep(s[0], 120); c.keep(s[1], 120)
+            lg, st = t.mtp_forward(cpu_models['target'](x[:, :40], return_hidden=True)[1], x[:, 1:41])
+            out += [lg, st]
+        for T, seed in ((0.0, 0), (1.0, 5)):
+            texts, _ = speculative_generate(t, MTPProposer(t), prompts[:2], 40, 3, T, torch.Generator().manual_seed(seed))
+            out.append(texts)
+        return out
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1); one = run()
+        torch.set_num_threads(2); twos = [run() for _ in range(3)]
+    finally: torch.set_num_threads(threads)
+    same = lambda a, b: torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+    for two in twos: assert all(same(a, b) for a, b in zip(one, two))
 
 @pytest.mark.parametrize('view', ['fp32', 'proposer'])
 @pytest.mark.parametrize('T', [0.0, 1.0])
