@@ -57,8 +57,8 @@ typedef float v16 __attribute__((vector_size(64)));
 typedef float v8 __attribute__((vector_size(32)));
 typedef int v16i __attribute__((vector_size(64)));
 /* The team's barrier between the steps of a pass: every thread adds itself to `arrived`; the last one to come resets it and
-   moves `gen` on, and the others spin on `gen` (yielding the core after a while, should another process need it). The
-   runtime's own barrier took 0.4 to 0.6 µs on a 2-core virtual machine where this one takes 0.02 to 0.05 (12a, "Barriers"),
+   moves `gen` on, and the others spin on `gen` (yielding the core after a while, should another thread need it). The
+   runtime's own barrier took 0.3 to 0.6 µs on a 2-core virtual machine where this one takes 0.02 to 0.05 (12a, "Barriers"),
    and a pass waits at eight of them a block. A region sets its barrier up with team_start; without one (a product called
    alone) team_wait is the runtime's barrier. */
 #include <sched.h>
@@ -67,7 +67,7 @@ typedef int v16i __attribute__((vector_size(64)));
 #else
 #define SPIN_PAUSE() ((void)0)
 #endif
-typedef struct { int arrived, gen; char pad[56]; } team_bar;
+typedef struct { int arrived, gen; char pad[56]; } __attribute__((aligned(64))) team_bar;   /* a cache line of its own */
 static __thread team_bar *tbar;
 static __thread int tbar_gen, tbar_n;
 static void team_start(team_bar *b) { tbar = b; tbar_n = omp_get_num_threads(); tbar_gen = 0; }
@@ -81,7 +81,9 @@ static inline void team_wait(void) {
   if (__atomic_add_fetch(&tbar->arrived, 1, __ATOMIC_ACQ_REL) == tbar_n) {
     __atomic_store_n(&tbar->arrived, 0, __ATOMIC_RELAXED); __atomic_store_n(&tbar->gen, g + 1, __ATOMIC_RELEASE); return;
   }
-  for (long i = 0; __atomic_load_n(&tbar->gen, __ATOMIC_ACQUIRE) == g; i++) if (i < 20000) SPIN_PAUSE(); else sched_yield();
+  /* about 2,000 pauses (tens of µs, more than a step's usual imbalance), then the core is offered to whoever needs it: with more
+     threads than cores the one this thread waits for may be the one waiting for the core */
+  for (long i = 0; __atomic_load_n(&tbar->gen, __ATOMIC_ACQUIRE) == g; i++) if (i < 2000) SPIN_PAUSE(); else sched_yield();
 }
 #define NB 32                                    /* columns per packed panel */
 static inline v16 ld(const float *p) { v16 v; memcpy(&v, p, 64); return v; }
